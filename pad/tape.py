@@ -1,0 +1,408 @@
+"""The program-level tape: activity annotations, shadows, recording and the autodiff/fwddiff drivers.
+
+The tape knows nothing of kernels' insides or of MPI. An operation (a launch, a message, a task) asks the
+current context for the shadows of its arrays, tells it which arrays it is about to overwrite, keeps the
+values its adjoint will need, and appends a record whose ``reverse()`` runs its adjoint. Reverse mode runs
+the primal once, then the records' adjoints in reverse order; forward mode runs each operation's tangent
+version immediately, so it records nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+__all__ = [
+    "Active",
+    "ActiveScalar",
+    "Const",
+    "Context",
+    "Dup",
+    "Kept",
+    "Record",
+    "autodiff",
+    "current",
+    "fwddiff",
+]
+
+
+# ---------------------------------------------------------------------------------------------- annotations
+@dataclass(frozen=True)
+class Dup:
+    """An array (or, in ``fwddiff``, a float) with its shadow: seed/gradient in reverse, tangent in forward."""
+
+    value: Any
+    shadow: Any
+
+
+@dataclass(frozen=True)
+class Const:
+    """A value that is not differentiated."""
+
+    value: Any
+
+
+@dataclass(frozen=True)
+class Active:
+    """A float scalar whose derivative ``autodiff`` returns."""
+
+    value: float
+
+
+class ActiveScalar(float):
+    """The float a differentiated function receives for an ``Active`` (or, in ``fwddiff``, a ``Dup``) scalar.
+
+    Operations recognise it by type: a kernel launch treats it as an active scalar argument. Python
+    arithmetic on it would silently drop the derivative, so it raises instead.
+    """
+
+    slot: int
+    tangent: float
+
+    def __new__(cls, value: float, slot: int, tangent: float = 0.0) -> ActiveScalar:
+        obj = super().__new__(cls, value)
+        obj.slot = slot
+        obj.tangent = tangent
+        return obj
+
+    def _refuse(self, *_: object) -> Any:
+        raise TypeError(
+            "Python arithmetic on an Active scalar inside pad.autodiff/fwddiff is not differentiated; "
+            "pass the scalar to a kernel (pad.launch) and compute with it there, or use float(s) for a constant"
+        )
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __mul__ = __rmul__ = _refuse
+    __truediv__ = __rtruediv__ = __pow__ = __rpow__ = __neg__ = _refuse
+
+
+# ---------------------------------------------------------------------------------------------- records
+class Record(Protocol):
+    """One recorded operation: ``reverse()`` runs its adjoint on the context's shadows."""
+
+    def reverse(self) -> None: ...
+
+
+class Kept:
+    """A value an adjoint needs: the live array until something overwrites it, then a private copy."""
+
+    __slots__ = ("array", "copied", "users")
+
+    def __init__(self, array: Any) -> None:
+        self.array = array
+        self.copied = False
+        self.users = 0
+
+    @property
+    def value(self) -> Any:
+        return self.array
+
+    def scratch(self) -> Any:
+        """The value as an array the caller may overwrite (a copy unless this is the last private user)."""
+        self.users -= 1
+        if self.copied and self.users <= 0:
+            return self.array
+        return self.array.copy()
+
+    def release(self) -> None:
+        self.users -= 1
+
+
+def _address(a: Any) -> int:
+    """Address of an array's first element (NumPy or CUDA arrays)."""
+    iface = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__
+    return int(iface["data"][0])
+
+
+def _key(a: Any) -> tuple:
+    return (_address(a), a.shape, a.strides, a.dtype.str)
+
+
+def _is_float_array(a: Any) -> bool:
+    return hasattr(a, "dtype") and hasattr(a, "shape") and a.dtype.kind == "f"
+
+
+# ---------------------------------------------------------------------------------------------- contexts
+class Context:
+    """State of one ``autodiff`` or ``fwddiff`` call, shared by every operation it runs."""
+
+    reverse_mode: bool
+
+    def __init__(self, reverse_mode: bool) -> None:
+        self.reverse_mode = reverse_mode
+        self.records: list[Record] = []
+        self.active_adjoints: list[float] = []
+        self._shadow_by_id: dict[int, tuple[Any, Any]] = {}
+        self._regions: list[tuple[Any, Any]] = []
+        self._const_ids: dict[int, Any] = {}
+        self._live: dict[tuple, Kept] = {}
+        self._observers: list[list[Any]] = []
+        self._lock = threading.RLock()
+
+    # -- shadows -------------------------------------------------------------------------------------
+    def bind(self, x: Any, dx: Any) -> None:
+        """Register ``dx`` as the shadow of ``x`` (and of every view into ``x``)."""
+        with self._lock:
+            self._shadow_by_id[id(x)] = (x, dx)
+            self._regions.append((x, dx))
+
+    def mark_const(self, x: Any) -> None:
+        with self._lock:
+            self._const_ids[id(x)] = x
+
+    def shadow(self, x: Any) -> Any | None:
+        """The shadow of array ``x``: ``None`` if ``x`` is inactive (Const, or not floating point).
+
+        Arrays first seen here (intermediates the function allocates) get a zero shadow; a view into a
+        registered array gets the matching view into its shadow.
+        """
+        hit = self._shadow_by_id.get(id(x))
+        if hit is not None and hit[0] is x:
+            return hit[1]
+        if id(x) in self._const_ids or not _is_float_array(x):
+            return None
+        with self._lock:
+            dx = self._view_of_registered(x)
+            if dx is None:
+                dx = _zeros_like(x)
+                self._regions.append((x, dx))
+            self._shadow_by_id[id(x)] = (x, dx)
+            return dx
+
+    def _view_of_registered(self, x: Any) -> Any | None:
+        addr, nbytes = _address(x), x.nbytes
+        for base, dbase in self._regions:
+            start = _address(base)
+            if base.dtype != x.dtype or not (start <= addr and addr + nbytes <= start + base.nbytes):
+                continue
+            if not (base.flags.c_contiguous and dbase.flags.c_contiguous):
+                continue
+            offset = addr - start
+            return _view(dbase, x.shape, x.strides, offset)
+        return None
+
+    # -- recording (reverse mode) --------------------------------------------------------------------
+    def record(self, rec: Record) -> None:
+        _recording.get(self.records).append(rec)
+
+    def keep(self, x: Any) -> Kept:
+        """Hold ``x``'s current value for an adjoint; it is copied only if something later overwrites it."""
+        k = _key(x)
+        with self._lock:
+            kept = self._live.get(k)
+            if kept is None:
+                kept = self._live[k] = Kept(x)
+            kept.users += 1
+            return kept
+
+    def will_write(self, arrays: Iterable[Any]) -> None:
+        """Call before an operation overwrites ``arrays``: kept values that alias them are copied first."""
+        arrays = list(arrays)
+        with self._lock:
+            for obs in self._observers:
+                obs.extend(arrays)
+            if not self._live:
+                return
+            for a in arrays:
+                for k, kept in list(self._live.items()):
+                    if np.may_share_memory(kept.array, a) if isinstance(a, np.ndarray) else _overlaps(kept.array, a):
+                        kept.array = kept.array.copy()
+                        kept.copied = True
+                        del self._live[k]
+
+    @contextlib.contextmanager
+    def observe_writes(self) -> Iterator[list[Any]]:
+        """Collect every array that operations announce they overwrite inside the block."""
+        seen: list[Any] = []
+        with self._lock:
+            self._observers.append(seen)
+        try:
+            yield seen
+        finally:
+            with self._lock:
+                self._observers.remove(seen)
+
+    def add_active_adjoint(self, slot: int, value: float) -> None:
+        with self._lock:
+            self.active_adjoints[slot] += value
+
+
+def _overlaps(a: Any, b: Any) -> bool:
+    """Conservative memory-overlap test for arrays that NumPy cannot inspect (device arrays)."""
+    a0, b0 = _address(a), _address(b)
+    return a0 < b0 + b.nbytes and b0 < a0 + a.nbytes
+
+
+def _zeros_like(x: Any) -> Any:
+    return _module_of(x).zeros(x.shape, x.dtype)
+
+
+def _module_of(x: Any) -> Any:
+    """The array module (numpy or cupy) that owns ``x``."""
+    if isinstance(x, np.ndarray):
+        return np
+    import cupy  # only reached for device arrays
+
+    return cupy
+
+
+def _view(base: Any, shape: tuple, strides: tuple, offset: int) -> Any:
+    if isinstance(base, np.ndarray):
+        return np.ndarray(shape, base.dtype, buffer=base, offset=offset, strides=strides)
+    cp = _module_of(base)
+    mem = base.data + offset
+    return cp.ndarray(shape, base.dtype, memptr=mem, strides=strides)
+
+
+_context: ContextVar[Context | None] = ContextVar("pad_context", default=None)
+_recording: ContextVar[list[Record]] = ContextVar("pad_recording")
+
+
+def current() -> Context | None:
+    """The active ``autodiff``/``fwddiff`` context, or ``None`` outside them."""
+    return _context.get()
+
+
+@contextlib.contextmanager
+def recording_into(records: list[Record]) -> Iterator[None]:
+    """Append the records of the operations in this block to ``records`` instead of the main tape."""
+    token = _recording.set(records)
+    try:
+        yield
+    finally:
+        _recording.reset(token)
+
+
+@contextlib.contextmanager
+def suspended() -> Iterator[None]:
+    """Run the block as plain primal code: operations inside neither record nor propagate tangents."""
+    token = _context.set(None)
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+@contextlib.contextmanager
+def entered(ctx: Context | None) -> Iterator[None]:
+    """Make ``ctx`` the current context in this thread (used to carry it into task threads)."""
+    token = _context.set(ctx)
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+def reverse_records(records: list[Record]) -> None:
+    """Run the adjoints of ``records`` in reverse order, releasing each record as it is done."""
+    while records:
+        records.pop().reverse()
+
+
+# ---------------------------------------------------------------------------------------------- drivers
+def _check_pair(x: Any, dx: Any, what: str) -> None:
+    if not (hasattr(x, "shape") and hasattr(dx, "shape")):
+        raise TypeError(f"{what}: Dup of an array needs an array shadow, got {type(dx).__name__}")
+    if x.shape != dx.shape or x.dtype != dx.dtype:
+        raise ValueError(
+            f"{what}: shadow has shape {dx.shape} and dtype {dx.dtype}, "
+            f"but the array has shape {x.shape} and dtype {x.dtype}; they must match"
+        )
+    if x.dtype.kind != "f":
+        raise TypeError(f"{what}: only floating-point arrays can be Dup, this one has dtype {x.dtype}")
+    writable = getattr(getattr(dx, "flags", None), "writeable", True)
+    if not writable:
+        raise ValueError(f"{what}: the shadow is not writable")
+    if (type(x).__module__.split(".")[0] == "numpy") != (type(dx).__module__.split(".")[0] == "numpy"):
+        raise TypeError(f"{what}: the array and its shadow must both live on the host or both on the device")
+
+
+def _prepare(ctx: Context, args: tuple, reverse_mode: bool) -> list[Any]:
+    """Turn annotated arguments into the values ``f`` receives, registering shadows with ``ctx``."""
+    values: list[Any] = []
+    for pos, arg in enumerate(args):
+        what = f"argument {pos}"
+        if isinstance(arg, Dup):
+            if hasattr(arg.value, "shape"):
+                _check_pair(arg.value, arg.shadow, what)
+                ctx.bind(arg.value, arg.shadow)
+                values.append(arg.value)
+            elif reverse_mode:
+                raise TypeError(f"{what}: Dup of a scalar is forward-mode only; use pad.Active in autodiff")
+            else:
+                values.append(_active_scalar(ctx, arg.value, float(arg.shadow), what))
+        elif isinstance(arg, Active):
+            if not reverse_mode:
+                raise TypeError(f"{what}: pad.Active is for autodiff; use pad.Dup(value, tangent) in fwddiff")
+            values.append(_active_scalar(ctx, arg.value, 0.0, what))
+        elif isinstance(arg, Const):
+            if hasattr(arg.value, "shape"):
+                ctx.mark_const(arg.value)
+            values.append(arg.value)
+        else:
+            if hasattr(arg, "shape"):
+                ctx.mark_const(arg)
+            values.append(arg)
+    return values
+
+
+def _active_scalar(ctx: Context, value: Any, tangent: float, what: str) -> ActiveScalar:
+    if isinstance(value, bool) or not isinstance(value, (float, np.floating)):
+        raise TypeError(f"{what}: an Active scalar must be a float, got {type(value).__name__} {value!r}")
+    ctx.active_adjoints.append(0.0)
+    return ActiveScalar(float(value), len(ctx.active_adjoints) - 1, tangent)
+
+
+def autodiff(f: Callable[..., Any], *args: Any) -> tuple[float, ...]:
+    """Reverse mode: run ``f`` on the primal values, then its adjoint (see API.md for the shadow semantics).
+
+    Returns one derivative per ``Active`` argument, in order.
+    """
+    if current() is not None:
+        raise RuntimeError("pad.autodiff/fwddiff cannot be nested inside another autodiff/fwddiff")
+    ctx = Context(reverse_mode=True)
+    values = _prepare(ctx, args, reverse_mode=True)
+    token = _context.set(ctx)
+    rtoken = _recording.set(ctx.records)
+    try:
+        f(*values)
+        _finish_forward(ctx)
+        reverse_records(ctx.records)
+    finally:
+        _recording.reset(rtoken)
+        _context.reset(token)
+    return tuple(ctx.active_adjoints)
+
+
+def fwddiff(f: Callable[..., Any], *args: Any) -> Any:
+    """Forward mode: ``Dup(x, tx)`` carries tangents in and the tangents of the final values out."""
+    if current() is not None:
+        raise RuntimeError("pad.autodiff/fwddiff cannot be nested inside another autodiff/fwddiff")
+    ctx = Context(reverse_mode=False)
+    values = _prepare(ctx, args, reverse_mode=False)
+    token = _context.set(ctx)
+    try:
+        result = f(*values)
+        _finish_forward(ctx)
+    finally:
+        _context.reset(token)
+    return result
+
+
+_forward_finishers: list[Callable[[Context], None]] = []
+
+
+def on_forward_end(check: Callable[[Context], None]) -> Callable[[Context], None]:
+    """Register a check run when ``f`` returns (e.g. requests or tasks never waited for)."""
+    _forward_finishers.append(check)
+    return check
+
+
+def _finish_forward(ctx: Context) -> None:
+    for check in _forward_finishers:
+        check(ctx)
