@@ -29,8 +29,8 @@ OPS: dict[str, Callable[..., Any]] = {}
 """The op table: method name -> differentiable implementation ``impl(comm, ctx, *mpi4py_args)``."""
 
 EMPTY = np.empty(0, np.uint8)
-"""The companion of an integer message: integer buffers have no shadow, but their tangent/adjoint message
-is still sent (empty), so a float/integer mismatch between two ranks is an error instead of a hang."""
+"""The adjoint of an integer message: integer buffers have no shadow, but their adjoint message is still
+sent (empty), so a float/integer mismatch between two ranks is an error instead of a hang."""
 
 
 class MismatchError(ValueError):
@@ -60,8 +60,8 @@ class Comm:
     def __init__(self, comm: Any) -> None:
         if isinstance(comm, Comm):
             comm = comm.mpi
-        self.mpi = comm
-        self.private = comm.Dup()
+        self.mpi: Any = comm
+        self.private: Any = comm.Dup()
         self._rank = comm.Get_rank()
         self._size = comm.Get_size()
         self._reversed: Any = None
@@ -83,7 +83,7 @@ class Comm:
         return self._size
 
     def reversed(self) -> Any:
-        """The private communicator with ranks in reverse order (for reverse scans); collective on first use."""
+        """The private communicator with ranks reversed (for reverse scans); collective on first use."""
         if self._reversed is None:
             self._reversed = self.private.Split(0, self._size - 1 - self._rank)
         return self._reversed
@@ -141,7 +141,7 @@ class Request:
     step: in reverse mode that records the Wait, whose adjoint starts the adjoint transfer.
     """
 
-    __slots__ = ("_done", "_reqs", "_then", "__weakref__")
+    __slots__ = ("__weakref__", "_done", "_reqs", "_then")
 
     def __init__(self, reqs: list[Any], then: list[Callable[[list[Any]], None]] | None = None) -> None:
         self._reqs = reqs
@@ -168,7 +168,7 @@ class Request:
             r.Wait(statuses[i] if statuses is not None else None)
 
 
-# ---------------------------------------------------------------------------------------------- per-context state
+# ---------------------------------------------------------------------------------------------- state
 class _State:
     """What pad.mpi tracks per autodiff/fwddiff call: message counters and requests not yet waited."""
 
@@ -193,7 +193,7 @@ def used(ctx: tape.Context) -> bool:
 
 
 _TAG_BITS = 11
-_SEQ_MOD = max(1, (int(MPI.COMM_WORLD.Get_attr(MPI.TAG_UB)) + 1) >> _TAG_BITS)
+_SEQ_MOD = max(1, (int(MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767) + 1) >> _TAG_BITS)
 
 
 def pair_tag(ctx: tape.Context, comm: Comm, direction: str, peer: int, tag: int) -> int:
@@ -230,9 +230,15 @@ def as_array(buf: Any) -> Any:
 
 
 def shadow(ctx: tape.Context, x: np.ndarray) -> np.ndarray | None:
-    """``x``'s shadow for communication: ``None`` for integer buffers; zeros (discarded) where ``x`` is Const."""
-    if x.dtype.kind != "f":
-        return None
+    """``x``'s shadow for communication: ``None`` for integer data; zeros (discarded) where ``x`` is Const."""
+    return None if x.dtype.kind != "f" else float_shadow(ctx, x)
+
+
+def float_shadow(ctx: tape.Context, x: Any) -> Any:
+    """The shadow of a floating-point buffer (zeros, discarded, where it is Const); ``IN_PLACE`` and
+    ``None`` stand for themselves."""
+    if x is None or x is IN_PLACE:
+        return x
     dx = ctx.shadow(x)
     return dx if dx is not None else np.zeros_like(x)
 
@@ -246,13 +252,33 @@ def flat(x: np.ndarray, count: int) -> np.ndarray:
     return x.reshape(-1)[:count]
 
 
+def joined(x: np.ndarray, dx: np.ndarray | None, receiving: bool) -> np.ndarray:
+    """The buffer of a point-to-point message in fwddiff: primal and tangent travel as one message
+    (so the program's matching, and its freedom from deadlock, are the primal's); integer data alone."""
+    if dx is None:
+        return x
+    if receiving:
+        return np.empty(2 * x.size, x.dtype)
+    return np.concatenate((x.reshape(-1), dx.reshape(-1)))
+
+
+def split(both: np.ndarray, x: np.ndarray, dx: np.ndarray | None, status: Any) -> None:
+    """Unpack a received fwddiff message into ``x`` and its tangent; ``status`` then counts ``x``'s part."""
+    if dx is None:
+        return
+    count = status.Get_count(MPI.BYTE) // x.itemsize // 2
+    for target, part in ((flat(x, count), both[:count]), (flat(dx, count), both[count : 2 * count])):
+        target[...] = part.reshape(target.shape)
+    status.Set_elements(MPI.BYTE, count * x.itemsize)
+
+
 def companion(dx: np.ndarray | None) -> np.ndarray:
-    """What a message's tangent/adjoint companion carries: the shadow, or nothing for integer data."""
+    """What a message's adjoint carries: the shadow, or nothing for integer data."""
     return EMPTY if dx is None else dx
 
 
 def checked(run: Callable[[Any], Any], expected: np.ndarray, what: str, peer: int) -> None:
-    """Run a receive of a companion message (``run(status)``) and check that it filled ``expected``."""
+    """Run a receive of an adjoint message (``run(status)``) and check that it filled ``expected``."""
     st = MPI.Status()
     try:
         run(st)
@@ -264,7 +290,7 @@ def checked(run: Callable[[Any], Any], expected: np.ndarray, what: str, peer: in
 
 
 def expect(nbytes: int, expected: np.ndarray, what: str, peer: int) -> None:
-    """Raise :class:`MismatchError` unless a companion message of ``nbytes`` (-1: too many) fits ``expected``."""
+    """Raise :class:`MismatchError` unless an adjoint message of ``nbytes`` (-1: too many) fits."""
     if nbytes != expected.nbytes:
         got = "more" if nbytes < 0 else str(nbytes)
         raise MismatchError(
@@ -313,20 +339,21 @@ def phase(ctx: tape.Context) -> str:
     return "forward" if ctx.reverse_mode else "tangent"
 
 
-def note(comm: Comm, phase: str, call: str, where: str, tag: int | None, nbytes: int, op: str, adj: str = "") -> None:
+def note(
+    comm: Comm, phase: str, call: str, where: str, tag: int | None, nbytes: int, op: str, adj: str = ""
+) -> None:
     """Account for one MPI call (see :mod:`pad.mpi._wire`)."""
     _wire.note(_wire.Event(comm._rank, phase, call, where, tag, nbytes, op, adj))
 
 
 # ---------------------------------------------------------------------------------------------- CuPy staging
 def _on_device(args: tuple, kwargs: dict) -> bool:
-    for a in (*args, *kwargs.values()):
-        if hasattr(a, "__cuda_array_interface__"):
-            return True
-    return False
+    return any(hasattr(a, "__cuda_array_interface__") for a in (*args, *kwargs.values()))
 
 
-def _staged(comm: Comm, ctx: tape.Context | None, name: str, impl: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+def _staged(
+    comm: Comm, ctx: tape.Context | None, name: str, impl: Callable[..., Any], args: tuple, kwargs: dict
+) -> Any:
     """Run an op whose buffers may be CuPy arrays: copy them to host, run, copy back (differentiably)."""
     if ctx is not None:
         state(ctx)  # marks the context as one that communicates

@@ -13,12 +13,7 @@ from typing import Any
 import numpy as np
 
 from pad import tape
-from pad.mpi._core import IN_PLACE, SUM, Adjoint, Comm, agree, as_array, note, phase, register, shadow
-
-
-def _shadow_or(ctx: tape.Context, buf: Any) -> Any:
-    """The shadow of an array argument; ``IN_PLACE``/``None`` stand for themselves."""
-    return buf if buf is None or buf is IN_PLACE else shadow(ctx, buf)
+from pad.mpi._core import IN_PLACE, SUM, Adjoint, Comm, agree, as_array, float_shadow, note, phase, register
 
 
 @register("Bcast")
@@ -33,9 +28,9 @@ def bcast(comm: Comm, ctx: tape.Context, buf: Any, root: int = 0) -> None:
     comm.mpi.Bcast(x, root)
     nbytes = 0 if mine else x.nbytes
     note(comm, phase(ctx), "Bcast", f"root {root}", None, nbytes, "Bcast", "Reduce")
-    dx = shadow(ctx, x)
-    if dx is None:
+    if x.dtype.kind != "f":
         return
+    dx = float_shadow(ctx, x)
     if not ctx.reverse_mode:
         comm.private.Bcast(dx, root)
         return
@@ -46,7 +41,15 @@ def bcast(comm: Comm, ctx: tape.Context, buf: Any, root: int = 0) -> None:
         else:
             comm.private.Reduce(dx, None, SUM, root)
             dx[...] = 0
-        note(comm, "reverse", "Reduce", f"root {root}", None, (comm.size - 1) * x.nbytes if mine else 0, "Bcast")
+        note(
+            comm,
+            "reverse",
+            "Reduce",
+            f"root {root}",
+            None,
+            (comm.size - 1) * x.nbytes if mine else 0,
+            "Bcast",
+        )
 
     ctx.record(Adjoint(reverse))
 
@@ -63,10 +66,12 @@ def gather(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: Any, root: int 
         ctx.will_write([r])
     comm.mpi.Gather(s, r if mine else None, root)
     block = x.nbytes // p if s is IN_PLACE else x.nbytes
-    note(comm, phase(ctx), "Gather", f"root {root}", None, (p - 1) * block if mine else 0, "Gather", "Scatter")
+    note(
+        comm, phase(ctx), "Gather", f"root {root}", None, (p - 1) * block if mine else 0, "Gather", "Scatter"
+    )
     if x.dtype.kind != "f":
         return
-    ds, dr = _shadow_or(ctx, s), shadow(ctx, r) if mine else None
+    ds, dr = float_shadow(ctx, s), float_shadow(ctx, r if mine else None)
     if not ctx.reverse_mode:
         comm.private.Gather(ds, dr, root)
         return
@@ -106,7 +111,7 @@ def scatter(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: Any, root: int
     note(comm, phase(ctx), "Scatter", f"root {root}", None, 0 if mine else block, "Scatter", "Gather")
     if x.dtype.kind != "f":
         return
-    ds, dr = shadow(ctx, s) if mine else None, _shadow_or(ctx, r)
+    ds, dr = float_shadow(ctx, s if mine else None), float_shadow(ctx, r)
     if not ctx.reverse_mode:
         comm.private.Scatter(ds, dr, root)
         return
@@ -139,7 +144,7 @@ def allgather(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: Any) -> None
     note(comm, phase(ctx), "Allgather", "", None, (p - 1) * block, "Allgather", "Reduce_scatter_block")
     if r.dtype.kind != "f":
         return
-    ds, dr = _shadow_or(ctx, s), shadow(ctx, r)
+    ds, dr = float_shadow(ctx, s), float_shadow(ctx, r)
     if not ctx.reverse_mode:
         comm.private.Allgather(ds, dr)
         return
@@ -168,7 +173,7 @@ def alltoall(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: Any) -> None:
     note(comm, phase(ctx), "Alltoall", "", None, (p - 1) * block, "Alltoall", "Alltoall")
     if r.dtype.kind != "f":
         return
-    ds, dr = _shadow_or(ctx, s), shadow(ctx, r)
+    ds, dr = float_shadow(ctx, s), float_shadow(ctx, r)
     if not ctx.reverse_mode:
         comm.private.Alltoall(ds, dr)
         return

@@ -14,10 +14,11 @@ adds (adjoint: the shadow is read back) or copies (adjoint: read back, then zero
 from __future__ import annotations
 
 import itertools
+
 import numpy as np
 
 from pad import tape
-from pad.mpi._core import Adjoint, Comm, Request
+from pad.mpi._core import Adjoint, Comm, Request, float_shadow
 
 Region = tuple[slice, ...]
 
@@ -32,14 +33,22 @@ class Halo:
 
     @classmethod
     def structured(
-        cls, comm: Comm, dims: tuple[int, ...], shape: tuple[int, ...], *, ghost: int = 0, periodic: bool = False
+        cls,
+        comm: Comm,
+        dims: tuple[int, ...],
+        shape: tuple[int, ...],
+        *,
+        ghost: int = 0,
+        periodic: bool = False,
     ) -> Halo:
         """Neighbours by rank offsets in a ``dims`` grid of ranks (C order); ``shape`` is the local block.
 
         ``ghost=0``: shared boundary points; ``ghost=w``: ``w`` ghost layers on every side.
         """
         if int(np.prod(dims)) != comm.size or len(dims) != len(shape):
-            raise ValueError(f"pad.mpi.Halo: a {dims} grid of ranks needs {int(np.prod(dims))} ranks, got {comm.size}")
+            raise ValueError(
+                f"pad.mpi.Halo: a {dims} grid of ranks needs {int(np.prod(dims))} ranks, got {comm.size}"
+            )
         offsets = [o for o in itertools.product((-1, 0, 1), repeat=len(dims)) if any(o)]
         me = np.array(np.unravel_index(comm.rank, dims))
         links = []
@@ -56,14 +65,20 @@ class Halo:
         return cls(comm, links)
 
     def exchange(self, a: np.ndarray, op: str = "sum") -> None:
-        """Send each neighbour its region of ``a`` and add (``"sum"``) or copy (``"copy"``) what comes back."""
+        """Send each neighbour its region of ``a``; add (``"sum"``) or copy (``"copy"``) what comes back."""
         if op not in ("sum", "copy"):
             raise ValueError(f"pad.mpi.Halo.exchange: op must be 'sum' or 'copy', got {op!r}")
         ctx = tape.current()
         outgoing = [_pack(ctx, a, send) for _, send, _, _, _ in self.links]
         incoming = [np.empty(a[recv].shape, a.dtype) for _, _, recv, _, _ in self.links]
-        reqs = [self.comm.Irecv(buf, rank, rtag) for buf, (rank, _, _, _, rtag) in zip(incoming, self.links, strict=True)]
-        reqs += [self.comm.Isend(buf, rank, stag) for buf, (rank, _, _, stag, _) in zip(outgoing, self.links, strict=True)]
+        reqs = [
+            self.comm.Irecv(buf, rank, rtag)
+            for buf, (rank, _, _, _, rtag) in zip(incoming, self.links, strict=True)
+        ]
+        reqs += [
+            self.comm.Isend(buf, rank, stag)
+            for buf, (rank, _, _, stag, _) in zip(outgoing, self.links, strict=True)
+        ]
         Request.Waitall(reqs)
         for buf, (_, _, recv, _, _) in zip(incoming, self.links, strict=True):
             _unpack(ctx, a, recv, buf, op == "sum")
@@ -85,9 +100,9 @@ def _pack(ctx: tape.Context | None, a: np.ndarray, region: Region) -> np.ndarray
     """``a[region]`` as a new contiguous array. Tangent: the same gather; adjoint: add back, zero."""
     out = np.ascontiguousarray(a[region])
     da = None if ctx is None else ctx.shadow(a)
-    if da is None:
+    if ctx is None or da is None:
         return out
-    dout = ctx.shadow(out)
+    dout = float_shadow(ctx, out)
     if not ctx.reverse_mode:
         dout[...] = da[region]
         return out
@@ -110,9 +125,9 @@ def _unpack(ctx: tape.Context | None, a: np.ndarray, region: Region, buf: np.nda
     else:
         a[region] = buf
     da = None if ctx is None else ctx.shadow(a)
-    if da is None:
+    if ctx is None or da is None:
         return
-    dbuf = ctx.shadow(buf)
+    dbuf = float_shadow(ctx, buf)
     if not ctx.reverse_mode:
         if add:
             da[region] += dbuf
@@ -126,4 +141,3 @@ def _unpack(ctx: tape.Context | None, a: np.ndarray, region: Region, buf: np.nda
             da[region] = 0
 
     ctx.record(Adjoint(reverse))
-

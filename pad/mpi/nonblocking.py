@@ -27,40 +27,45 @@ from pad.mpi._core import (
     as_array,
     checked,
     companion,
-    expect,
     flat,
+    joined,
     note,
     pair_tag,
     phase,
     register,
     shadow,
+    split,
     state,
     used,
 )
 
 
-def _track(ctx: tape.Context, req: Request, what: str) -> None:
+def _track(ctx: tape.Context, req: Request, what: str) -> Request:
     """Remember ``req`` until it is waited (checked when the differentiated function returns)."""
     pending = state(ctx).pending
     pending[id(req)] = what
-    req._then.insert(0, lambda _: pending.pop(id(req), None))
+
+    def waited(_: list[Any]) -> None:
+        del pending[id(req)]
+
+    req._then.insert(0, waited)
+    return req
 
 
 @register("Isend")
 def isend(comm: Comm, ctx: tape.Context, buf: Any, dest: int, tag: int = 0) -> Request:
-    """Start sending ``buf`` to ``dest``. Tangent: the tangent is sent alongside. Adjoint: the reverse of
-    the Wait posts an Irecv of the receiver's shadow; the reverse of the Isend waits for it and adds it
-    to ``buf``'s shadow."""
+    """Start sending ``buf`` to ``dest``. Tangent: the tangent travels in the same message. Adjoint: the
+    reverse of the Wait posts an Irecv of the receiver's shadow; the reverse of the Isend waits for it and
+    adds it to ``buf``'s shadow."""
     x = as_array(buf)
-    reqs = [comm.mpi.Isend(x, dest, tag)]
     dx = shadow(ctx, x)
-    ptag = pair_tag(ctx, comm, "send", dest, tag)
     note(comm, phase(ctx), "Isend", f"-> {dest}", tag, 0, "Isend", "Irecv")
     if not ctx.reverse_mode:
-        reqs.append(comm.private.Isend(companion(dx), dest, ptag))
-        req = Request(reqs)
-        _track(ctx, req, f"Isend -> {dest} tag {tag}")
-        return req
+        return _track(
+            ctx, Request([comm.mpi.Isend(joined(x, dx, False), dest, tag)]), f"Isend -> {dest} tag {tag}"
+        )
+    req = comm.mpi.Isend(x, dest, tag)
+    ptag = pair_tag(ctx, comm, "send", dest, tag)
     got = EMPTY if dx is None else np.empty_like(dx)
     adjoint: Any = None
 
@@ -75,42 +80,40 @@ def isend(comm: Comm, ctx: tape.Context, buf: Any, dest: int, tag: int = 0) -> R
             dx[...] += got
 
     ctx.record(Adjoint(isend_reverse))
-    req = Request(reqs, [lambda _: ctx.record(Adjoint(wait_reverse))])
-    _track(ctx, req, f"Isend -> {dest} tag {tag}")
-    return req
+    return _track(
+        ctx, Request([req], [lambda _: ctx.record(Adjoint(wait_reverse))]), f"Isend -> {dest} tag {tag}"
+    )
 
 
 @register("Irecv")
 def irecv(comm: Comm, ctx: tape.Context, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG) -> Request:
-    """Start receiving into ``buf``. Tangent: the tangent is received alongside. Adjoint: the reverse of
-    the Wait starts an Isend of the received part's shadow back to the sender; the reverse of the Irecv
+    """Start receiving into ``buf``. Tangent: the tangent arrives in the same message. Adjoint: the reverse
+    of the Wait starts an Isend of the received part's shadow back to the sender; the reverse of the Irecv
     waits for it and zeroes that shadow."""
     x = as_array(buf)
     ctx.will_write([x])
     dx = shadow(ctx, x)
-    reqs = [comm.mpi.Irecv(x, source, tag)]
-    known = source != ANY_SOURCE and tag != ANY_TAG
+    both = x if ctx.reverse_mode else joined(x, dx, True)
+    req = comm.mpi.Irecv(both, source, tag)
+    # a receive naming its source and tag is numbered when posted (the order MPI matches it in); a
+    # wildcard receive when it completes
+    known = ctx.reverse_mode and source != ANY_SOURCE and tag != ANY_TAG
     ptag = pair_tag(ctx, comm, "recv", source, tag) if known else 0
-    if known and not ctx.reverse_mode:  # post the tangent early: the sender's Wait may depend on it
-        reqs.append(comm.private.Irecv(companion(dx), source, ptag))
     part: np.ndarray | None = None
     adjoint: Any = None
 
     def complete(statuses: list[Any]) -> None:
         nonlocal part, ptag
         st = statuses[0]
+        if both is not x:
+            split(both, x, dx, st)
         src, tg = st.Get_source(), st.Get_tag()
-        part = None if dx is None else flat(dx, st.Get_count(MPI.BYTE) // x.itemsize)
         note(comm, phase(ctx), "Irecv", f"<- {src}", tg, st.Get_count(MPI.BYTE), "Irecv", "Isend")
-        if not known:
-            ptag = pair_tag(ctx, comm, "recv", src, tg)
-        got = companion(part)
         if ctx.reverse_mode:
+            part = None if dx is None else flat(dx, st.Get_count(MPI.BYTE) // x.itemsize)
+            if not known:
+                ptag = pair_tag(ctx, comm, "recv", src, tg)
             ctx.record(Adjoint(lambda: wait_reverse(src, tg)))
-        elif known:
-            expect(statuses[1].Get_count(MPI.BYTE), got, "tangent of Irecv", src)
-        else:
-            checked(lambda s: comm.private.Recv(got, src, ptag, s), got, "tangent of Irecv", src)
 
     def wait_reverse(src: int, tg: int) -> None:
         nonlocal adjoint
@@ -124,9 +127,7 @@ def irecv(comm: Comm, ctx: tape.Context, buf: Any, source: int = ANY_SOURCE, tag
 
     if ctx.reverse_mode:
         ctx.record(Adjoint(irecv_reverse))
-    req = Request(reqs, [complete])
-    _track(ctx, req, f"Irecv <- {source} tag {tag}")
-    return req
+    return _track(ctx, Request([req], [complete]), f"Irecv <- {source} tag {tag}")
 
 
 @tape.on_forward_end

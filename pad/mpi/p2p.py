@@ -1,7 +1,8 @@
 """Blocking point-to-point: Send, Recv, Sendrecv. Transposes swap them: a send's adjoint receives the
 receiver's shadow and adds it; a receive's adjoint sends its shadow back and zeroes it (the receive
-overwrote the buffer). Tangents and adjoints travel on pad's private communicator with a tag that names
-the message (see ``pair_tag``), so they can never match the user's traffic.
+overwrote the buffer). In fwddiff a message carries its tangent with it (``joined``); adjoints travel on
+pad's private communicator with a tag that names the message (``pair_tag``), so they can never match the
+user's traffic.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ from pad.mpi._core import (
     checked,
     companion,
     flat,
+    joined,
     note,
     pair_tag,
     phase,
     register,
     shadow,
+    split,
 )
 
 
@@ -47,9 +50,8 @@ def give(comm: Comm, part: np.ndarray | None, peer: int, ptag: int, tag: int, op
     note(comm, "reverse", "Send", f"-> {peer}", tag, 0, op)
 
 
-def received(ctx: tape.Context, x: np.ndarray, st: Any) -> np.ndarray | None:
+def received(dx: np.ndarray | None, x: np.ndarray, st: Any) -> np.ndarray | None:
     """The shadow of the part of ``x`` a receive filled (a receive may fill less than its buffer)."""
-    dx = shadow(ctx, x)
     return None if dx is None else flat(dx, st.Get_count(MPI.BYTE) // x.itemsize)
 
 
@@ -58,13 +60,13 @@ def send(comm: Comm, ctx: tape.Context, buf: Any, dest: int, tag: int = 0) -> No
     """Send ``buf`` to ``dest``. Tangent: the tangent follows. Adjoint: receive the receiver's shadow
     from ``dest`` and add it to ``buf``'s shadow."""
     x = as_array(buf)
-    comm.mpi.Send(x, dest, tag)
     dx = shadow(ctx, x)
-    ptag = pair_tag(ctx, comm, "send", dest, tag)
     note(comm, phase(ctx), "Send", f"-> {dest}", tag, 0, "Send", "Recv")
     if not ctx.reverse_mode:
-        comm.private.Send(companion(dx), dest, ptag)
+        comm.mpi.Send(joined(x, dx, False), dest, tag)
         return
+    comm.mpi.Send(x, dest, tag)
+    ptag = pair_tag(ctx, comm, "send", dest, tag)
     ctx.record(Adjoint(lambda: take(comm, dx, dest, ptag, tag, "Send")))
 
 
@@ -76,16 +78,20 @@ def recv(
     back to the sender and zero it."""
     x = as_array(buf)
     ctx.will_write([x])
+    dx = shadow(ctx, x)
     st = status if status is not None else MPI.Status()
-    comm.mpi.Recv(x, source, tag, st)
+    if ctx.reverse_mode:
+        comm.mpi.Recv(x, source, tag, st)
+    else:
+        both = joined(x, dx, True)
+        comm.mpi.Recv(both, source, tag, st)
+        split(both, x, dx, st)
     src, tg = st.Get_source(), st.Get_tag()
-    part = received(ctx, x, st)
-    ptag = pair_tag(ctx, comm, "recv", src, tg)
     note(comm, phase(ctx), "Recv", f"<- {src}", tg, st.Get_count(MPI.BYTE), "Recv", "Send")
     if not ctx.reverse_mode:
-        got = companion(part)
-        checked(lambda s: comm.private.Recv(got, src, ptag, s), got, "tangent of Recv", src)
         return
+    part = received(dx, x, st)
+    ptag = pair_tag(ctx, comm, "recv", src, tg)
     ctx.record(Adjoint(lambda: give(comm, part, src, ptag, tg, "Recv")))
 
 
@@ -106,24 +112,40 @@ def sendrecv(
     while ``dest`` returns the shadow of what it received, added to ``sendbuf``'s shadow."""
     x, y = as_array(sendbuf), as_array(recvbuf)
     ctx.will_write([y])
+    dx, dy = shadow(ctx, x), shadow(ctx, y)
     st = status if status is not None else MPI.Status()
-    comm.mpi.Sendrecv(x, dest, sendtag, y, source, recvtag, st)
+    if ctx.reverse_mode:
+        comm.mpi.Sendrecv(x, dest, sendtag, y, source, recvtag, st)
+    else:
+        both = joined(y, dy, True)
+        comm.mpi.Sendrecv(joined(x, dx, False), dest, sendtag, both, source, recvtag, st)
+        split(both, y, dy, st)
     src, tg = st.Get_source(), st.Get_tag()
-    dx, part = shadow(ctx, x), received(ctx, y, st)
+    note(
+        comm,
+        phase(ctx),
+        "Sendrecv",
+        f"-> {dest} <- {src}",
+        sendtag,
+        st.Get_count(MPI.BYTE),
+        "Sendrecv",
+        "Sendrecv",
+    )
+    if not ctx.reverse_mode:
+        return
+    part = received(dy, y, st)
     stag = pair_tag(ctx, comm, "send", dest, sendtag)
     rtag = pair_tag(ctx, comm, "recv", src, tg)
-    note(comm, phase(ctx), "Sendrecv", f"-> {dest} <- {src}", sendtag, st.Get_count(MPI.BYTE), "Sendrecv", "Sendrecv")
-    if not ctx.reverse_mode:
-        got = companion(part)
-        checked(
-            lambda s: comm.private.Sendrecv(companion(dx), dest, stag, got, src, rtag, s), got, "tangent of Sendrecv", src
-        )
-        return
 
     def reverse() -> None:
         got = EMPTY if dx is None else np.empty_like(dx)
         out = companion(part)
-        checked(lambda s: comm.private.Sendrecv(out, src, rtag, got, dest, stag, s), got, "adjoint of Sendrecv", dest)
+        checked(
+            lambda s: comm.private.Sendrecv(out, src, rtag, got, dest, stag, s),
+            got,
+            "adjoint of Sendrecv",
+            dest,
+        )
         if part is not None:
             part[...] = 0
         if dx is not None:

@@ -29,14 +29,13 @@ from pad.mpi._core import (
     agree,
     as_array,
     flat,
+    float_shadow,
     note,
     op_name,
     phase,
     register,
     require,
-    shadow,
 )
-from pad.mpi.collectives import _shadow_or
 
 
 def _weights(comm: Comm, name: str, x: np.ndarray, y: np.ndarray, stage: str, call: str) -> np.ndarray | None:
@@ -61,7 +60,9 @@ def _weights(comm: Comm, name: str, x: np.ndarray, y: np.ndarray, stage: str, ca
     return (winner == me).astype(x.dtype)
 
 
-def _reduce(comm: Comm, ctx: tape.Context, call: str, sendbuf: Any, recvbuf: Any, op: Any, root: int | None) -> None:
+def _reduce(
+    comm: Comm, ctx: tape.Context, call: str, sendbuf: Any, recvbuf: Any, op: Any, root: int | None
+) -> None:
     """Reduce (to ``root``) or Allreduce (``root=None``), differentiated as the module docstring says."""
     s, r = as_array(sendbuf), as_array(recvbuf)
     gets = root is None or comm.rank == root
@@ -70,7 +71,7 @@ def _reduce(comm: Comm, ctx: tape.Context, call: str, sendbuf: Any, recvbuf: Any
     active = x.dtype.kind == "f"
     name = require(op, ("SUM", "PROD", "MIN", "MAX"), call) if active else ""
     linear = name == "SUM"
-    kx = None if not active or linear else ctx.keep(x) if ctx.reverse_mode else tape.Kept(x.copy())
+    kx: Any = None if not active or linear else ctx.keep(x) if ctx.reverse_mode else tape.Kept(x.copy())
     if gets:
         ctx.will_write([r])
     if root is None:
@@ -81,27 +82,29 @@ def _reduce(comm: Comm, ctx: tape.Context, call: str, sendbuf: Any, recvbuf: Any
     note(comm, phase(ctx), call, where, None, (comm.size - 1) * x.nbytes if gets else 0, call, adj)
     if not active:
         return
-    dx, dr = shadow(ctx, x), shadow(ctx, r) if gets else None
+    dx, dr = float_shadow(ctx, x), float_shadow(ctx, r if gets else None)
 
-    def result_everywhere(y: np.ndarray | None, stage: str) -> np.ndarray:
+    def result_everywhere() -> Any:
+        """The result on every rank (tangent mode: Reduce's root broadcasts it)."""
         if root is None:
-            return y
-        out = y.copy() if gets else np.empty_like(x)
+            return r
+        out = r.copy() if gets else np.empty_like(x)
         comm.private.Bcast(out, root)
-        note(comm, stage, "Bcast", where, None, 0 if gets else out.nbytes, call)
+        note(comm, "tangent", "Bcast", where, None, 0 if gets else out.nbytes, call)
         return out
 
     if not ctx.reverse_mode:
-        w = None if linear else _weights(comm, name, kx.value, result_everywhere(r, "tangent"), "tangent", call)
+        w = None if linear else _weights(comm, name, kx.value, result_everywhere(), "tangent", call)
         t = dx.copy() if w is None else dx * w.reshape(dx.shape)
         if root is None:
             comm.private.Allreduce(t, dr, SUM)
         else:
             comm.private.Reduce(t, dr, SUM, root)
         return
-    ky = None if linear or not gets else ctx.keep(r)
+    ky: Any = None if linear or not gets else ctx.keep(r)
 
     def reverse() -> None:
+        y: Any
         if root is None:
             g = np.empty_like(dr)
             comm.private.Allreduce(dr, g, SUM)
@@ -159,7 +162,7 @@ def reduce_scatter_block(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: A
     note(comm, phase(ctx), "Reduce_scatter_block", "", None, nbytes, "Reduce_scatter_block", "Allgather")
     if not active:
         return
-    ds, dr = _shadow_or(ctx, s), shadow(ctx, r)
+    ds, dr = float_shadow(ctx, s), float_shadow(ctx, r)
     out = flat(dr, block)  # what the op wrote: the first block under IN_PLACE
     if not ctx.reverse_mode:
         comm.private.Reduce_scatter_block(ds, dr, SUM)
@@ -192,7 +195,7 @@ def _scan(comm: Comm, ctx: tape.Context, call: str, sendbuf: Any, recvbuf: Any, 
     note(comm, phase(ctx), call, "", None, comm.rank * x.nbytes, call, f"{call} (ranks reversed)")
     if not active:
         return
-    ds, dr = _shadow_or(ctx, s), shadow(ctx, r)
+    ds, dr = float_shadow(ctx, s), float_shadow(ctx, r)
     if not ctx.reverse_mode:
         getattr(comm.private, call)(ds, dr, SUM)
         return
