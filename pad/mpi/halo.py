@@ -98,7 +98,7 @@ def _side(o: int, n: int, w: int, *, outer: bool) -> slice:
 
 def _pack(ctx: tape.Context | None, a: np.ndarray, region: Region) -> np.ndarray:
     """``a[region]`` as a new contiguous array. Tangent: the same gather; adjoint: add back, zero."""
-    out = np.ascontiguousarray(a[region])
+    out = a[region].copy()
     da = None if ctx is None else ctx.shadow(a)
     if ctx is None or da is None:
         return out
