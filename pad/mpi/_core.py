@@ -3,8 +3,9 @@
 Each op family (``p2p``, ``nonblocking``, ``collectives``, ``reductions``, ``communicators``) registers
 its ops here with :func:`register`, which installs them as ``Comm`` methods. A method is a plain mpi4py
 call outside ``autodiff``/``fwddiff``; inside them it runs the op's implementation, which does the primal
-transfer on the user's communicator and its tangent (``fwddiff``) or adjoint (recorded for the reverse
-pass) on a private duplicate, so pad's own traffic can never match the user's messages.
+transfer on the user's communicator, then its tangent (``fwddiff``: point-to-point messages carry it
+along, collectives repeat on a private duplicate) or records its adjoint, which the reverse pass runs on
+the private duplicate, so pad's own traffic can never match the user's messages.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class Comm:
     """A communicator whose upper-case methods are differentiable (mpi4py's signatures, NumPy buffers).
 
     Wrapping is collective: it duplicates ``comm`` into a private communicator that carries pad's
-    tangent and adjoint traffic and its consistency checks.
+    adjoint traffic, collective tangents and consistency checks.
     """
 
     def __init__(self, comm: Any) -> None:
@@ -65,6 +66,7 @@ class Comm:
         self._rank = comm.Get_rank()
         self._size = comm.Get_size()
         self._reversed: Any = None
+        self._check = np.empty(2, np.int64)  # agree()'s buffer
         self._born_in: Any = None  # weak reference to the autodiff context that created it, if any
         self._free_pending = False
 
@@ -137,8 +139,8 @@ def register(name: str, *, passthrough: bool = True) -> Callable[[Callable[..., 
 class Request:
     """A pending ``Isend``/``Irecv`` made inside autodiff/fwddiff (outside them pad returns mpi4py's own).
 
-    ``Wait`` completes the primal (and, in fwddiff, the tangent) transfer, then runs the op's completion
-    step: in reverse mode that records the Wait, whose adjoint starts the adjoint transfer.
+    ``Wait`` completes the transfer, then runs the op's completion steps (in fwddiff: unpack the tangent;
+    in autodiff: record the Wait, whose adjoint starts the adjoint transfer).
     """
 
     __slots__ = ("__weakref__", "_done", "_reqs", "_then")
@@ -149,23 +151,30 @@ class Request:
         self._done = False
 
     def Wait(self, status: Any = None) -> None:
-        """Wait for the transfer to complete (``status`` receives the primal transfer's status)."""
-        if self._done:
-            return
-        statuses = [status if status is not None else MPI.Status()] + [MPI.Status() for _ in self._reqs[1:]]
-        MPI.Request.Waitall(self._reqs, statuses)
-        self._done = True
-        for step in self._then:
-            step(statuses)
+        """Wait for the transfer to complete (``status`` receives its status)."""
+        Request.Waitall([self], None if status is None else [status])
 
     @staticmethod
     def Waitall(requests: list[Any], statuses: list[Any] | None = None) -> None:
-        """Wait for every request (pad's or mpi4py's), in order."""
-        if all(isinstance(r, MPI.Request) for r in requests):
-            MPI.Request.Waitall(requests, statuses)
-            return
+        """Wait for every request (pad's or mpi4py's) in one MPI Waitall, then run pad's completion
+        steps in the order of ``requests``."""
+        inner: list[Any] = []
+        sts: list[Any] = []
         for i, r in enumerate(requests):
-            r.Wait(statuses[i] if statuses is not None else None)
+            reqs = [r] if isinstance(r, MPI.Request) else [] if r._done else r._reqs
+            for k, req in enumerate(reqs):
+                inner.append(req)
+                sts.append(statuses[i] if statuses is not None and k == 0 else MPI.Status())
+        MPI.Request.Waitall(inner, sts)
+        at = 0
+        for r in requests:
+            if isinstance(r, Request) and not r._done:
+                mine, at = sts[at : at + len(r._reqs)], at + len(r._reqs)
+                r._done = True
+                for step in r._then:
+                    step(mine)
+            elif isinstance(r, MPI.Request):
+                at += 1
 
 
 # ---------------------------------------------------------------------------------------------- state
@@ -197,7 +206,7 @@ _SEQ_MOD = max(1, (int(MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767) + 1) >> _TA
 
 
 def pair_tag(ctx: tape.Context, comm: Comm, direction: str, peer: int, tag: int) -> int:
-    """The private tag of this message's tangent/adjoint: its user tag and its sequence number.
+    """The private tag of this message's adjoint: its user tag and its sequence number.
 
     The k-th message from rank a to rank b with tag t has the same k on both ranks (MPI does not let
     messages between a pair with one tag overtake each other), so adjoint messages match their primal
@@ -299,14 +308,15 @@ def expect(nbytes: int, expected: np.ndarray, what: str, peer: int) -> None:
         )
 
 
+_OP_NAMES = {
+    getattr(MPI, name).py2f(): name
+    for name in ("SUM", "PROD", "MIN", "MAX", "LAND", "BAND", "LOR", "BOR", "LXOR", "BXOR")
+}
+_OP_NAMES.update({getattr(MPI, name).py2f(): name for name in ("MINLOC", "MAXLOC", "REPLACE", "NO_OP")})
+
+
 def op_name(op: Any) -> str:
-    for name, known in (("SUM", SUM), ("PROD", PROD), ("MIN", MIN), ("MAX", MAX)):
-        if op == known:
-            return name
-    for name in ("LAND", "BAND", "LOR", "BOR", "LXOR", "BXOR", "MAXLOC", "MINLOC", "REPLACE", "NO_OP"):
-        if op == getattr(MPI, name):
-            return name
-    return "user-defined op"
+    return _OP_NAMES.get(op.py2f(), "user-defined op")
 
 
 def agree(comm: Comm, *signature: Any) -> None:
@@ -316,7 +326,8 @@ def agree(comm: Comm, *signature: Any) -> None:
     :class:`MismatchError` listing each rank's call, so no rank is left waiting.
     """
     h = zlib.crc32(repr(signature).encode())
-    buf = np.array([h, -h], np.int64)
+    buf = comm._check
+    buf[0], buf[1] = h, -h
     comm.private.Allreduce(IN_PLACE, buf, MAX)
     if buf[0] != h or buf[1] != -h:
         calls = comm.private.allgather(signature)
@@ -343,7 +354,7 @@ def note(
     comm: Comm, phase: str, call: str, where: str, tag: int | None, nbytes: int, op: str, adj: str = ""
 ) -> None:
     """Account for one MPI call (see :mod:`pad.mpi._wire`)."""
-    _wire.note(_wire.Event(comm._rank, phase, call, where, tag, nbytes, op, adj))
+    _wire.note(comm._rank, phase, call, where, tag, nbytes, op, adj)
 
 
 # ---------------------------------------------------------------------------------------------- CuPy staging

@@ -52,10 +52,15 @@ def set_debug(on: bool) -> None:
     _debug = on
 
 
-def note(event: Event) -> None:
-    """Account for one MPI call: counters, traces, and the debug log when it is on."""
-    _bytes[event.phase] += event.nbytes
-    _calls[event.phase] += 1
+def note(
+    rank: int, phase: str, call: str, where: str, tag: int | None, nbytes: int, op: str, adj: str
+) -> None:
+    """Account for one MPI call: counters; traces and the debug log when they are on (see :class:`Event`)."""
+    _bytes[phase] += nbytes
+    _calls[phase] += 1
+    if not (_traces or _debug):
+        return
+    event = Event(rank, phase, call, where, tag, nbytes, op, adj)
     for events in _traces:
         events.append(event)
     if _debug:
