@@ -281,9 +281,14 @@ def split(both: np.ndarray, x: np.ndarray, dx: np.ndarray | None, status: Any) -
     status.Set_elements(MPI.BYTE, count * x.itemsize)
 
 
-def companion(dx: np.ndarray | None) -> np.ndarray:
+def outgoing(dx: np.ndarray | None) -> np.ndarray:
     """What a message's adjoint carries: the shadow, or nothing for integer data."""
     return EMPTY if dx is None else dx
+
+
+def incoming(dx: np.ndarray | None) -> np.ndarray:
+    """A buffer to receive the adjoint message for shadow ``dx`` into (empty for integer data)."""
+    return EMPTY if dx is None else np.empty_like(dx)
 
 
 def checked(run: Callable[[Any], Any], expected: np.ndarray, what: str, peer: int) -> None:

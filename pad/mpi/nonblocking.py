@@ -18,7 +18,6 @@ from pad.mpi._core import (
     ANY_SOURCE,
     ANY_TAG,
     COMM_WORLD,
-    EMPTY,
     IN_PLACE,
     MAX,
     Adjoint,
@@ -26,10 +25,11 @@ from pad.mpi._core import (
     Request,
     as_array,
     checked,
-    companion,
     flat,
+    incoming,
     joined,
     note,
+    outgoing,
     pair_tag,
     phase,
     register,
@@ -66,7 +66,7 @@ def isend(comm: Comm, ctx: tape.Context, buf: Any, dest: int, tag: int = 0) -> R
         )
     req = comm.mpi.Isend(x, dest, tag)
     ptag = pair_tag(ctx, comm, "send", dest, tag)
-    got = EMPTY if dx is None else np.empty_like(dx)
+    got = incoming(dx)
     adjoint: Any = None
 
     def wait_reverse() -> None:
@@ -117,7 +117,7 @@ def irecv(comm: Comm, ctx: tape.Context, buf: Any, source: int = ANY_SOURCE, tag
 
     def wait_reverse(src: int, tg: int) -> None:
         nonlocal adjoint
-        adjoint = comm.private.Isend(companion(part), src, ptag)
+        adjoint = comm.private.Isend(outgoing(part), src, ptag)
         note(comm, "reverse", "Isend", f"-> {src}", tg, 0, "Irecv")
 
     def irecv_reverse() -> None:

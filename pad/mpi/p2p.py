@@ -16,15 +16,15 @@ from pad import tape
 from pad.mpi._core import (
     ANY_SOURCE,
     ANY_TAG,
-    EMPTY,
     Adjoint,
     Comm,
     as_array,
     checked,
-    companion,
     flat,
+    incoming,
     joined,
     note,
+    outgoing,
     pair_tag,
     phase,
     register,
@@ -35,7 +35,7 @@ from pad.mpi._core import (
 
 def take(comm: Comm, dx: np.ndarray | None, peer: int, ptag: int, tag: int, op: str) -> None:
     """Adjoint of a send: receive the receiver's shadow from ``peer`` and add it to ``dx``."""
-    got = EMPTY if dx is None else np.empty_like(dx)
+    got = incoming(dx)
     checked(lambda st: comm.private.Recv(got, peer, ptag, st), got, f"adjoint of {op}", peer)
     if dx is not None:
         dx[...] += got
@@ -44,7 +44,7 @@ def take(comm: Comm, dx: np.ndarray | None, peer: int, ptag: int, tag: int, op: 
 
 def give(comm: Comm, part: np.ndarray | None, peer: int, ptag: int, tag: int, op: str) -> None:
     """Adjoint of a receive: send the received part's shadow back to ``peer``, then zero it."""
-    comm.private.Send(companion(part), peer, ptag)
+    comm.private.Send(outgoing(part), peer, ptag)
     if part is not None:
         part[...] = 0
     note(comm, "reverse", "Send", f"-> {peer}", tag, 0, op)
@@ -57,8 +57,8 @@ def received(dx: np.ndarray | None, x: np.ndarray, st: Any) -> np.ndarray | None
 
 @register("Send")
 def send(comm: Comm, ctx: tape.Context, buf: Any, dest: int, tag: int = 0) -> None:
-    """Send ``buf`` to ``dest``. Tangent: the tangent follows. Adjoint: receive the receiver's shadow
-    from ``dest`` and add it to ``buf``'s shadow."""
+    """Send ``buf`` to ``dest``. Tangent: it travels in the same message. Adjoint: receive the
+    receiver's shadow from ``dest`` and add it to ``buf``'s shadow."""
     x = as_array(buf)
     dx = shadow(ctx, x)
     note(comm, phase(ctx), "Send", f"-> {dest}", tag, 0, "Send", "Recv")
@@ -74,8 +74,8 @@ def send(comm: Comm, ctx: tape.Context, buf: Any, dest: int, tag: int = 0) -> No
 def recv(
     comm: Comm, ctx: tape.Context, buf: Any, source: int = ANY_SOURCE, tag: int = ANY_TAG, status: Any = None
 ) -> None:
-    """Receive into ``buf``. Tangent: receive the tangent too. Adjoint: send the received part's shadow
-    back to the sender and zero it."""
+    """Receive into ``buf``. Tangent: it arrives in the same message. Adjoint: send the received
+    part's shadow back to the sender and zero it."""
     x = as_array(buf)
     ctx.will_write([x])
     dx = shadow(ctx, x)
@@ -107,7 +107,7 @@ def sendrecv(
     recvtag: int = ANY_TAG,
     status: Any = None,
 ) -> None:
-    """Send ``sendbuf`` to ``dest`` while receiving ``recvbuf``. Tangent: the same on the tangents.
+    """Send ``sendbuf`` to ``dest`` while receiving ``recvbuf``. Tangent: in the same messages.
     Adjoint: the reversed Sendrecv, the received part's shadow goes back to the sender (then zeroed)
     while ``dest`` returns the shadow of what it received, added to ``sendbuf``'s shadow."""
     x, y = as_array(sendbuf), as_array(recvbuf)
@@ -138,8 +138,8 @@ def sendrecv(
     rtag = pair_tag(ctx, comm, "recv", src, tg)
 
     def reverse() -> None:
-        got = EMPTY if dx is None else np.empty_like(dx)
-        out = companion(part)
+        got = incoming(dx)
+        out = outgoing(part)
         checked(
             lambda s: comm.private.Sendrecv(out, src, rtag, got, dest, stag, s),
             got,
