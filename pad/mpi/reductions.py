@@ -105,9 +105,9 @@ def _reduce(
 
     def reverse() -> None:
         y: Any
-        if root is None:
-            g = np.empty_like(dr)
-            comm.private.Allreduce(dr, g, SUM)
+        if root is None:  # the total seed, summed in place: no buffer to allocate
+            comm.private.Allreduce(IN_PLACE, dr, SUM)
+            g = dr
             y = None if linear else ky.value
             note(comm, "reverse", "Allreduce", "", None, (comm.size - 1) * g.nbytes, call)
         else:  # one Bcast carries the root's seed and, for PROD/MIN/MAX, the result
@@ -119,10 +119,16 @@ def _reduce(
             comm.private.Bcast(both, root)
             g, y = both[0], None if linear else both[1]
             note(comm, "reverse", "Bcast", where, None, 0 if gets else both.nbytes, call)
-        if gets:
-            dr[...] = 0
         w = None if linear else _weights(comm, name, kx.value, y, "reverse", call)
-        dx[...] += (g if w is None else g.reshape(-1) * w).reshape(dx.shape)
+        add = g if w is None else g.reshape(-1) * w
+        add = add if add.shape == dx.shape else add.reshape(dx.shape)
+        if dx is dr:  # IN_PLACE: the input's shadow is the output's, overwritten by its adjoint
+            if add is not dr:
+                dr[...] = add
+        else:
+            dx[...] += add
+            if gets:
+                dr[...] = 0
         for kept in (kx, ky):
             if kept is not None:
                 kept.release()
@@ -201,7 +207,7 @@ def _scan(comm: Comm, ctx: tape.Context, call: str, sendbuf: Any, recvbuf: Any, 
         return
 
     def reverse() -> None:
-        seed, got = dr.copy() if writes else np.zeros_like(dr), np.zeros_like(dr)
+        seed, got = dr if writes else np.zeros_like(dr), np.zeros_like(dr)
         getattr(comm.reversed(), call)(seed, got, SUM)
         if writes:
             dr[...] = 0
