@@ -77,11 +77,7 @@ def gather(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: Any, root: int 
         return
 
     def reverse() -> None:
-        if not mine:
-            got = np.empty_like(ds)
-            comm.private.Scatter(None, got, root)
-            ds[...] += got
-        elif ds is IN_PLACE:
+        if ds is IN_PLACE:  # the root's own block is its input's shadow: it stays
             comm.private.Scatter(dr, IN_PLACE, root)
             own = dr.reshape(p, -1)[root].copy()
             dr[...] = 0
@@ -89,7 +85,8 @@ def gather(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: Any, root: int 
         else:
             got = np.empty_like(ds)
             comm.private.Scatter(dr, got, root)
-            dr[...] = 0
+            if mine:
+                dr[...] = 0
             ds[...] += got
         note(comm, "reverse", "Scatter", f"root {root}", None, 0 if mine else block, "Gather")
 
