@@ -60,17 +60,17 @@ def isend(comm: Comm, ctx: tape.Context, buf: Any, dest: int, tag: int = 0) -> R
     x = as_array(buf)
     dx = shadow(ctx, x)
     note(comm, phase(ctx), "Isend", f"-> {dest}", tag, 0, "Isend", "Irecv")
+    what = f"Isend -> {dest} tag {tag}"
     if not ctx.reverse_mode:
-        return _track(
-            ctx, Request([comm.mpi.Isend(joined(x, dx, False), dest, tag)]), f"Isend -> {dest} tag {tag}"
-        )
+        return _track(ctx, Request([comm.mpi.Isend(joined(x, dx, False), dest, tag)]), what)
     req = comm.mpi.Isend(x, dest, tag)
     ptag = pair_tag(ctx, comm, "send", dest, tag)
-    got = incoming(dx)
+    got: Any = None
     adjoint: Any = None
 
     def wait_reverse() -> None:
-        nonlocal adjoint
+        nonlocal adjoint, got
+        got = incoming(dx)
         adjoint = comm.private.Irecv(got, dest, ptag)
         note(comm, "reverse", "Irecv", f"<- {dest}", tag, got.nbytes, "Isend")
 
@@ -80,9 +80,7 @@ def isend(comm: Comm, ctx: tape.Context, buf: Any, dest: int, tag: int = 0) -> R
             dx[...] += got
 
     ctx.record(Adjoint(isend_reverse))
-    return _track(
-        ctx, Request([req], [lambda _: ctx.record(Adjoint(wait_reverse))]), f"Isend -> {dest} tag {tag}"
-    )
+    return _track(ctx, Request([req], [lambda _: ctx.record(Adjoint(wait_reverse))]), what)
 
 
 @register("Irecv")
