@@ -168,8 +168,8 @@ def main() -> None:
                 print(
                     f"{name:22s} {row['bytes_per_rank']:>9d} B  fwd {row['forward_s'] * 1e6:10.1f} us  "
                     f"fwd(AD) {row['forward_ad_s'] * 1e6:10.1f} us  rev {row['reverse_s'] * 1e6:10.1f} us  "
-                    f"ratio {row['ratio']:5.2f} (best {row['ratio_best']:5.2f})  bytes fwd {row['bytes_forward']:>10d} "
-                    f"rev {row['bytes_reverse']:>10d}",
+                    f"ratio {row['ratio']:5.2f} (best {row['ratio_best']:5.2f})  "
+                    f"bytes fwd {row['bytes_forward']:>10d} rev {row['bytes_reverse']:>10d}",
                     flush=True,
                 )
     extra = overhead()
