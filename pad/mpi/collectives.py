@@ -128,62 +128,49 @@ def scatter(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: Any, root: int
     ctx.record(Adjoint(reverse))
 
 
-@register("Allgather")
-def allgather(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: Any) -> None:
-    """Gather every rank's ``sendbuf`` into every rank's ``recvbuf``. Adjoint: Reduce_scatter_block-SUM
-    of the ``recvbuf`` shadows, added to each ``sendbuf`` shadow (IN_PLACE: the own block)."""
+def _exchange(comm: Comm, ctx: tape.Context, call: str, adjoint: str, sendbuf: Any, recvbuf: Any) -> None:
+    """Allgather or Alltoall: every rank receives one block from every rank into ``recvbuf``. The
+    adjoint collective (``adjoint``) sends the ``recvbuf`` shadows back; they are zeroed and what comes
+    back is added to the ``sendbuf`` shadows (IN_PLACE: to the input's part of ``recvbuf``'s shadow)."""
     s, r = as_array(sendbuf), as_array(recvbuf)
     p = comm.size
-    agree(comm, "Allgather", r.dtype.str, r.size // p)
+    agree(comm, call, r.dtype.str, r.size // p)
     ctx.will_write([r])
-    comm.mpi.Allgather(s, r)
+    getattr(comm.mpi, call)(s, r)
     block = r.nbytes // p
-    note(comm, phase(ctx), "Allgather", "", None, (p - 1) * block, "Allgather", "Reduce_scatter_block")
+    note(comm, phase(ctx), call, "", None, (p - 1) * block, call, adjoint)
     if r.dtype.kind != "f":
         return
     ds, dr = float_shadow(ctx, s), float_shadow(ctx, r)
     if not ctx.reverse_mode:
-        comm.private.Allgather(ds, dr)
+        getattr(comm.private, call)(ds, dr)
         return
+    gathers = call == "Allgather"  # its input is one block, Alltoall's all p
 
     def reverse() -> None:
-        got = np.empty(r.size // p, r.dtype)
-        comm.private.Reduce_scatter_block(dr, got, SUM)
+        got = np.empty(r.size // p if gathers else r.size, r.dtype)
+        getattr(comm.private, adjoint)(dr, got)
         dr[...] = 0
-        target = dr.reshape(p, -1)[comm.rank] if ds is IN_PLACE else ds
+        own = dr.reshape(p, -1)[comm.rank] if gathers else dr
+        target = own if ds is IN_PLACE else ds
         target[...] += got.reshape(target.shape)
-        note(comm, "reverse", "Reduce_scatter_block", "", None, (p - 1) * block, "Allgather")
+        note(comm, "reverse", adjoint, "", None, (p - 1) * block, call)
 
     ctx.record(Adjoint(reverse))
+
+
+@register("Allgather")
+def allgather(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: Any) -> None:
+    """Gather every rank's ``sendbuf`` into every rank's ``recvbuf``. Adjoint: Reduce_scatter_block-SUM
+    of the ``recvbuf`` shadows, added to each ``sendbuf`` shadow (IN_PLACE: the own block)."""
+    _exchange(comm, ctx, "Allgather", "Reduce_scatter_block", sendbuf, recvbuf)
 
 
 @register("Alltoall")
 def alltoall(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: Any) -> None:
     """Block j of rank i's ``sendbuf`` goes to block i of rank j's ``recvbuf``. Adjoint: Alltoall of
     the ``recvbuf`` shadows, added to the ``sendbuf`` shadows (the permutation transposes to its inverse)."""
-    s, r = as_array(sendbuf), as_array(recvbuf)
-    p = comm.size
-    agree(comm, "Alltoall", r.dtype.str, r.size // p)
-    ctx.will_write([r])
-    comm.mpi.Alltoall(s, r)
-    block = r.nbytes // p
-    note(comm, phase(ctx), "Alltoall", "", None, (p - 1) * block, "Alltoall", "Alltoall")
-    if r.dtype.kind != "f":
-        return
-    ds, dr = float_shadow(ctx, s), float_shadow(ctx, r)
-    if not ctx.reverse_mode:
-        comm.private.Alltoall(ds, dr)
-        return
-
-    def reverse() -> None:
-        got = np.empty_like(dr)
-        comm.private.Alltoall(dr, got)
-        dr[...] = 0
-        target = dr if ds is IN_PLACE else ds
-        target[...] += got.reshape(target.shape)
-        note(comm, "reverse", "Alltoall", "", None, (p - 1) * block, "Alltoall")
-
-    ctx.record(Adjoint(reverse))
+    _exchange(comm, ctx, "Alltoall", "Alltoall", sendbuf, recvbuf)
 
 
 @register("Barrier")
