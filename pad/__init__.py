@@ -4,6 +4,9 @@ Kernels are differentiated by source transformation into numba-compiled adjoint 
 communication (MPI, task graphs) by transposing it; long time loops by binomial checkpointing.
 """
 
+import importlib
+from typing import Any
+
 from pad.kernel import KernelSyntaxError, func, kernel, local_array, show
 from pad.parallel import launch
 from pad.tape import Active, Const, Dup, autodiff, fwddiff
@@ -21,5 +24,15 @@ __all__ = [
     "kernel",
     "launch",
     "local_array",
+    "mpi",
     "show",
 ]
+
+_SUBMODULES = ("mpi", "tasks", "checkpoint")
+
+
+def __getattr__(name: str) -> Any:
+    """Import ``pad.mpi`` (which starts MPI), ``pad.tasks`` and ``pad.checkpoint`` on first use."""
+    if name in _SUBMODULES:
+        return importlib.import_module(f"pad.{name}")
+    raise AttributeError(f"module 'pad' has no attribute {name!r}")

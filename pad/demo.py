@@ -49,7 +49,10 @@ def main() -> None:
 
     small = 64
     errors = pad.check_grad(
-        program, pad.Active(2.0), pad.Dup(rng.uniform(-1, 1, small), np.zeros(small)), pad.Dup(rng.uniform(-1, 1, small), np.zeros(small))
+        program,
+        pad.Active(2.0),
+        pad.Dup(rng.uniform(-1, 1, small), np.zeros(small)),
+        pad.Dup(rng.uniform(-1, 1, small), np.zeros(small)),
     )
     print(f"check_grad: finite differences and dot-product test pass (largest relative errors {errors})")
     print("\nThe generated adjoint kernel:\n")

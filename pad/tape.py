@@ -210,7 +210,11 @@ class Context:
                 return
             for a in arrays:
                 for k, kept in list(self._live.items()):
-                    if np.may_share_memory(kept.array, a) if isinstance(a, np.ndarray) else _overlaps(kept.array, a):
+                    if (
+                        np.may_share_memory(kept.array, a)
+                        if isinstance(a, np.ndarray)
+                        else _overlaps(kept.array, a)
+                    ):
                         kept.array = kept.array.copy()
                         kept.copied = True
                         del self._live[k]

@@ -65,7 +65,9 @@ def check_grad(
     if not dups and not actives:
         raise ValueError("check_grad needs at least one Dup array or Active scalar to differentiate")
     initial = {i: _host(a.value).copy() for i, a in dups}
-    seeds = {i: rng.uniform(0.5, 1.5, a.value.shape) * rng.choice([-1.0, 1.0], a.value.shape) for i, a in dups}
+    seeds = {
+        i: rng.uniform(0.5, 1.5, a.value.shape) * rng.choice([-1.0, 1.0], a.value.shape) for i, a in dups
+    }
     lowest = min((np.finfo(a.value.dtype).eps for _, a in dups), default=np.finfo(np.float64).eps)
     step = float(np.cbrt(lowest))
 
@@ -78,7 +80,9 @@ def check_grad(
         for i, a in dups:
             a.value[...] = _like(a.value, initial[i] + shift[i])
         plain = [
-            a.value if isinstance(a, tape.Dup) else (a.value + scalar_shift[i] if isinstance(a, tape.Active) else a)
+            a.value
+            if isinstance(a, tape.Dup)
+            else (a.value + scalar_shift[i] if isinstance(a, tape.Active) else a)
             for i, a in enumerate(args)
         ]
         plain = [p.value if isinstance(p, tape.Const) else p for p in plain]
@@ -125,7 +129,9 @@ def check_grad(
             err = abs(a - b) / max(abs(a), abs(b), 1e-300)
             worst[name] = max(worst[name], err if abs(a - b) > atol else 0.0)
             if abs(a - b) > atol + rtol * max(abs(a), abs(b)):
-                label = "finite differences vs forward" if name == "fd" else "forward vs reverse (dot product)"
+                label = (
+                    "finite differences vs forward" if name == "fd" else "forward vs reverse (dot product)"
+                )
                 report.append(f"direction {d}: {label}: {a!r} vs {b!r} (relative error {err:.3e})")
     _finish_check(report)
     return worst

@@ -37,7 +37,9 @@ class Kernel:
 
     def variant(self, args: tuple, mode: str, active: tuple[bool, ...] | None = None) -> Variant:
         """The compiled variant for these arguments (cached per kinds and activity)."""
-        kinds = [kind_of_value(a, f"argument {k + 1} of kernel {self.fn.__name__}") for k, a in enumerate(args)]
+        kinds = [
+            kind_of_value(a, f"argument {k + 1} of kernel {self.fn.__name__}") for k, a in enumerate(args)
+        ]
         active = active if active is not None else (False,) * len(args)
         key = (mode, tuple(kinds), active)
         hit = self._variants.get(key)

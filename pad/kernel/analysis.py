@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pad.kernel.frontend import ArrayKind, Kind, KernelSyntaxError, scalar_type
+from pad.kernel.frontend import ArrayKind, KernelSyntaxError, Kind, scalar_type
 from pad.kernel.ir import (
     Assign,
     Call,
@@ -111,7 +111,9 @@ class Activity:
         return False
 
 
-def activity(body: list[Stmt], types: dict[str, str], active_inputs: set[str], kinds: dict[str, Kind]) -> Activity:
+def activity(
+    body: list[Stmt], types: dict[str, str], active_inputs: set[str], kinds: dict[str, Kind]
+) -> Activity:
     """Forward (varied) activity from the active parameters and arrays, to a fixed point."""
     act = Activity(
         {n for n in active_inputs if isinstance(kinds.get(n), str)},
@@ -127,7 +129,12 @@ def activity(body: list[Stmt], types: dict[str, str], active_inputs: set[str], k
                     changed = True
             elif isinstance(s, Store) and s.array not in act.arrays:
                 kind = kinds[s.array]
-                if isinstance(kind, ArrayKind) and kind.local and kind.dtype.kind == "f" and act.expr(s.value):
+                if (
+                    isinstance(kind, ArrayKind)
+                    and kind.local
+                    and kind.dtype.kind == "f"
+                    and act.expr(s.value)
+                ):
                     act.arrays.add(s.array)
                     changed = True
     return act

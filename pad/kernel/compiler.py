@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pad.kernel import runtime
 from pad.kernel.analysis import Activity, activity, infer_types, owned, reduced_arrays
 from pad.kernel.emit import MODULE_HEADER, Launcher, launcher_source
 from pad.kernel.frontend import ArrayKind, Kind, Lowered, lower_kernel
@@ -29,8 +30,8 @@ from pad.kernel.ir import (
     assigned,
     exprs_of,
     loaded_arrays,
-    names_in,
     map_blocks,
+    names_in,
     stored_arrays,
     walk,
 )
@@ -60,7 +61,9 @@ def cache_dir() -> Path:
     return path
 
 
-def build(fn: Callable[..., Any], kinds: list[Kind], active: tuple[bool, ...], mode: str, fastmath: bool) -> Variant:
+def build(
+    fn: Callable[..., Any], kinds: list[Kind], active: tuple[bool, ...], mode: str, fastmath: bool
+) -> Variant:
     """Lower, transform, print, compile (lazily, on first call) one variant of kernel ``fn``."""
     low = lower_kernel(fn, kinds)
     launch_index, params = low.params[0], low.params[1:]
@@ -137,12 +140,14 @@ def _privatize(body: list[Stmt], reduced: set[str], launch_index: str) -> list[S
 
 def _shared_reads(body: list[Stmt], act: Activity, launch_index: str) -> set[str]:
     """Active global arrays read at indices other iterations may share: their adjoints accumulate there."""
-    out = set()
-    for s in walk(body):
-        if isinstance(s, Assign) and isinstance(s.value, Elem) and s.value.array in act.arrays:
-            if not owned(s.value.index, launch_index):
-                out.add(s.value.array)
-    return out
+    return {
+        s.value.array
+        for s in walk(body)
+        if isinstance(s, Assign)
+        and isinstance(s.value, Elem)
+        and s.value.array in act.arrays
+        and not owned(s.value.index, launch_index)
+    }
 
 
 def _scalars_in(body: list[Stmt]) -> set[str]:
@@ -151,9 +156,16 @@ def _scalars_in(body: list[Stmt]) -> set[str]:
     return assigned(body) | {s.target for s in walk(body) if isinstance(s, Pop)} | used
 
 
+_RUNTIME_DIGEST = hashlib.sha256(Path(runtime.__file__).read_bytes()).hexdigest()
+
+
 def _load(name: str, source: str) -> Callable[..., Any]:
-    """Write ``source`` to the cache directory (once per distinct source) and import the launcher."""
-    digest = hashlib.sha256(source.encode()).hexdigest()[:16]
+    """Write ``source`` to the cache directory (once per distinct source) and import the launcher.
+
+    The file name hashes the source and the runtime helpers it calls: numba's on-disk cache does not track
+    callees, so a changed runtime must mean a new file.
+    """
+    digest = hashlib.sha256((source + _RUNTIME_DIGEST).encode()).hexdigest()[:16]
     module_name = f"pad_generated_{name}_{digest}"
     if module_name in sys.modules:
         return getattr(sys.modules[module_name], name)

@@ -110,7 +110,9 @@ class Printer:
                 self.emit(s.body, indent + 1)
             elif isinstance(s, Push):
                 value = self.expr(s.value, "f8")
-                self.lines.append(f"{pad}_s{s.kind}, _n{s.kind} = push_{s.kind}(_s{s.kind}, _n{s.kind}, {value})")
+                self.lines.append(
+                    f"{pad}_s{s.kind}, _n{s.kind} = push_{s.kind}(_s{s.kind}, _n{s.kind}, {value})"
+                )
             elif isinstance(s, Pop):
                 self.lines.append(f"{pad}_n{s.kind} -= 1")
                 self.lines.append(f"{pad}{s.target} = {_CAST[s.ty].format(f'_s{s.kind}[_n{s.kind}]')}")
@@ -131,7 +133,9 @@ class Launcher:
     extras: list[str] = field(default_factory=list)  # shadows, tangents, private buffers, outputs
     privates: list[str] = field(default_factory=list)  # buffer names (``_priv<x>``) of privatized arrays
     accumulators: list[str] = field(default_factory=list)  # adjoints of active scalars, summed per chunk
-    locals: list[LocalArray] = field(default_factory=list)  # per-thread arrays: local arrays and their shadows
+    locals: list[LocalArray] = field(
+        default_factory=list
+    )  # per-thread arrays: local arrays and their shadows
 
 
 def launcher_source(
@@ -159,7 +163,7 @@ def launcher_source(
     for k in kinds_used:
         p.lines.append(f"        _s{k} = np.empty(64, np.{'float64' if k == 'f' else 'int64'})")
     for buf in launcher.privates:
-        p.lines.append(f"        _pv{buf[len('_priv'):]} = {buf}[_c]")
+        p.lines.append(f"        _pv{buf[len('_priv') :]} = {buf}[_c]")
     for acc in launcher.accumulators:
         p.lines.append(f"        _acc{acc} = {_ZERO[p.type_of(acc)]}")
     p.lines.append(f"        for {launch_index} in range(_lo, _hi):")
@@ -170,8 +174,8 @@ def launcher_source(
     p.emit(body, 3)
     for acc in launcher.accumulators:
         p.lines.append(f"            _acc{acc} += {acc}")
-    for k, acc in enumerate(launcher.accumulators):
-        p.lines.append(f"        _act[_c, {k}] = _acc{acc}")
+    for slot, acc in enumerate(launcher.accumulators):
+        p.lines.append(f"        _act[_c, {slot}] = _acc{acc}")
     return "\n".join(p.lines) + "\n"
 
 

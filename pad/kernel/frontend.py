@@ -117,7 +117,15 @@ class Namer:
         return f"_{stem}{self.count}"
 
 
-_AUGOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow", ast.FloorDiv: "floordiv", ast.Mod: "mod"}
+_AUGOPS = {
+    ast.Add: "add",
+    ast.Sub: "sub",
+    ast.Mult: "mul",
+    ast.Div: "div",
+    ast.Pow: "pow",
+    ast.FloorDiv: "floordiv",
+    ast.Mod: "mod",
+}
 _CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
 
 
@@ -168,13 +176,17 @@ class Lowering:
         if isinstance(node, ast.Constant):
             if isinstance(node.value, (bool, int, float)):
                 return Lit(node.value)
-            raise src.error(node, f"the constant {node.value!r} is not a number", "kernels compute with numbers")
+            raise src.error(
+                node, f"the constant {node.value!r} is not a number", "kernels compute with numbers"
+            )
         if isinstance(node, ast.Name):
             return self.name(scope, node)
         if isinstance(node, ast.BinOp):
             op = _AUGOPS.get(type(node.op))
             if op is None:
-                raise src.error(node, f"the operator {type(node.op).__name__} is not supported", "use + - * / ** // %")
+                raise src.error(
+                    node, f"the operator {type(node.op).__name__} is not supported", "use + - * / ** // %"
+                )
             a = self.expr(scope, node.left, out)
             b = self.expr(scope, node.right, out)
             return self.emit(out, Call(op, (a, b)), line)
@@ -203,7 +215,9 @@ class Lowering:
         if isinstance(node, ast.Call):
             values = self.call(scope, node, out)
             if len(values) != 1:
-                raise src.error(node, "a helper returning a tuple is used as a single value", "unpack it: a, b = f(...)")
+                raise src.error(
+                    node, "a helper returning a tuple is used as a single value", "unpack it: a, b = f(...)"
+                )
             return values[0]
         if isinstance(node, ast.Subscript):
             return self.subscript(scope, node, out)
@@ -213,8 +227,12 @@ class Lowering:
                 return Lit(value)
             raise src.error(node, f"the attribute {ast.unparse(node)} is not a number")
         if isinstance(node, ast.Tuple):
-            raise src.error(node, "a tuple is used as a value here", "tuples can be assigned, unpacked or returned")
-        raise src.error(node, f"the expression {type(node).__name__} ({ast.unparse(node)}) is not supported in kernels")
+            raise src.error(
+                node, "a tuple is used as a value here", "tuples can be assigned, unpacked or returned"
+            )
+        raise src.error(
+            node, f"the expression {type(node).__name__} ({ast.unparse(node)}) is not supported in kernels"
+        )
 
     def emit(self, out: list[Stmt], value: Expr, line: int) -> Name:
         t = self.temp()
@@ -227,11 +245,15 @@ class Lowering:
             return Name(scope.scalars[n])
         if n in scope.arrays or n in scope.tuples:
             raise scope.src.error(node, f"the array or tuple {n!r} is used as a scalar", "index it")
-        value = scope.src.env.get(n, getattr(__builtins__, n, None) if not isinstance(__builtins__, dict) else __builtins__.get(n))
+        value = scope.src.env.get(
+            n, getattr(__builtins__, n, None) if not isinstance(__builtins__, dict) else __builtins__.get(n)
+        )
         if isinstance(value, (bool, int, float, np.integer, np.floating)):
             return Lit(value.item() if isinstance(value, np.generic) else value)
         raise scope.src.error(
-            node, f"the name {n!r} is not a local variable, a parameter or a numeric global", "pass it as a kernel argument"
+            node,
+            f"the name {n!r} is not a local variable, a parameter or a numeric global",
+            "pass it as a kernel argument",
         )
 
     def attribute(self, scope: Scope, node: ast.Attribute) -> Any:
@@ -257,7 +279,9 @@ class Lowering:
         for op, right_node in zip(node.ops, node.comparators, strict=True):
             name = _CMPOPS.get(type(op))
             if name is None:
-                raise scope.src.error(node, f"the comparison {type(op).__name__} is not supported", "use < <= > >= == !=")
+                raise scope.src.error(
+                    node, f"the comparison {type(op).__name__} is not supported", "use < <= > >= == !="
+                )
             right = self.expr(scope, right_node, out)
             c = self.emit(out, Call(name, (left, right)), line)
             result = c if result is None else self.emit(out, Call("and", (result, c)), line)
@@ -304,18 +328,32 @@ class Lowering:
             raise scope.src.error(node, f"cannot index {ast.unparse(base)}", "index arrays by name")
         for ix in indices:
             if isinstance(ix, ast.Slice):
-                raise scope.src.error(node, "slices are not supported in kernels", "index single elements in a loop")
+                raise scope.src.error(
+                    node, "slices are not supported in kernels", "index single elements in a loop"
+                )
         if base.id in scope.tuples:
-            if len(indices) != 1 or not isinstance(indices[0], ast.Constant) or not isinstance(indices[0].value, int):
-                raise scope.src.error(node, "tuples can only be indexed by an integer constant", "unpack the tuple instead")
+            if (
+                len(indices) != 1
+                or not isinstance(indices[0], ast.Constant)
+                or not isinstance(indices[0].value, int)
+            ):
+                raise scope.src.error(
+                    node, "tuples can only be indexed by an integer constant", "unpack the tuple instead"
+                )
             return base.id, indices[0].value
         if base.id not in scope.arrays:
-            raise scope.src.error(node, f"{base.id!r} is not an array", "only arrays and tuples can be indexed")
+            raise scope.src.error(
+                node, f"{base.id!r} is not an array", "only arrays and tuples can be indexed"
+            )
         array = scope.arrays[base.id]
         kind = self.kinds[array]
         assert isinstance(kind, ArrayKind)
         if len(indices) != kind.ndim:
-            raise scope.src.error(node, f"{base.id!r} has {kind.ndim} dimensions but is indexed with {len(indices)}", "index every dimension")
+            raise scope.src.error(
+                node,
+                f"{base.id!r} has {kind.ndim} dimensions but is indexed with {len(indices)}",
+                "index every dimension",
+            )
         return array, tuple(self.expr(scope, ix, out) for ix in indices)
 
     # -- calls -----------------------------------------------------------------------------------------
@@ -323,7 +361,9 @@ class Lowering:
         src = scope.src
         line = src.line(node)
         if node.keywords:
-            raise src.error(node, "keyword arguments are not supported in kernel calls", "pass arguments by position")
+            raise src.error(
+                node, "keyword arguments are not supported in kernel calls", "pass arguments by position"
+            )
         fn_name, target = self.callee(scope, node)
         if _is_helper(target):
             return self.inline(scope, target, node, out)
@@ -331,8 +371,11 @@ class Lowering:
             array = self.array_arg(scope, node.args[0])
             return [self.emit(out, Call("shape", (Name(array), Lit(0))), line)]
         if fn_name is None:
-            raise src.error(node, f"the call {ast.unparse(node.func)}(...) is not supported in kernels",
-                            "kernels call math/numpy scalar functions and @pad.func helpers")
+            raise src.error(
+                node,
+                f"the call {ast.unparse(node.func)}(...) is not supported in kernels",
+                "kernels call math/numpy scalar functions and @pad.func helpers",
+            )
         args = [self.expr(scope, a, out) for a in node.args]
         if fn_name in ("min", "max") and len(args) > 2:
             acc = args[0]
@@ -362,13 +405,17 @@ class Lowering:
         if _is_helper(obj):
             return "helper", obj
         if _is_local_array(obj):
-            raise scope.src.error(node, "pad.local_array(...) must be assigned to a name", "write a = pad.local_array(shape)")
+            raise scope.src.error(
+                node, "pad.local_array(...) must be assigned to a name", "write a = pad.local_array(shape)"
+            )
         if isinstance(obj, types.BuiltinFunctionType) and obj.__module__ == "math":
             name = obj.__name__
             if name == "cbrt":
                 return "cbrt", None
             return MATH_ONLY.get(name) or FUNCTIONS.get(name), None
-        if isinstance(obj, (np.ufunc, type)) or (callable(obj) and getattr(obj, "__module__", "").startswith("numpy")):
+        if isinstance(obj, (np.ufunc, type)) or (
+            callable(obj) and getattr(obj, "__module__", "").startswith("numpy")
+        ):
             name = getattr(obj, "__name__", "")
             return NUMPY_ONLY.get(name) or FUNCTIONS.get(name), None
         if obj in (min, max, abs, int, float, bool):
@@ -382,7 +429,9 @@ class Lowering:
         src = Source.of(helper.py_func)
         params = [a.arg for a in src.tree.args.args]
         if len(params) != len(node.args):
-            raise scope.src.error(node, f"{helper.__name__} takes {len(params)} arguments, {len(node.args)} given")
+            raise scope.src.error(
+                node, f"{helper.__name__} takes {len(params)} arguments, {len(node.args)} given"
+            )
         inner = Scope(src, self.namer.fresh(helper.__name__) + "_")
         line = scope.src.line(node)
         for p, a in zip(params, node.args, strict=True):
@@ -406,9 +455,14 @@ class Lowering:
         """Lower a helper's body; returns its result atoms (``return`` becomes assignments plus a flag)."""
         tree = scope.src.tree
         returns = [n for n in ast.walk(tree) if isinstance(n, ast.Return)]
-        arity = {len(n.value.elts) if isinstance(n.value, ast.Tuple) else (0 if n.value is None else 1) for n in returns}
+        arity = {
+            len(n.value.elts) if isinstance(n.value, ast.Tuple) else (0 if n.value is None else 1)
+            for n in returns
+        }
         if len(arity) > 1:
-            raise scope.src.error(tree, "returns values of different shapes", "return the same number of values everywhere")
+            raise scope.src.error(
+                tree, "returns values of different shapes", "return the same number of values everywhere"
+            )
         count = arity.pop() if arity else 0
         results = [Name(f"{scope.prefix}ret{k}") for k in range(count)]
         body = self.block(scope, tree.body)
@@ -457,7 +511,11 @@ class Lowering:
                 elts = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
                 for e in elts:
                     if isinstance(e, ast.Name) and e.id in scope.tuples:
-                        raise src.error(node, "returning a tuple variable is not supported", "return its items: return t[0], t[1]")
+                        raise src.error(
+                            node,
+                            "returning a tuple variable is not supported",
+                            "return its items: return t[0], t[1]",
+                        )
                     values.append(self.expr(scope, e, out))
             out.append(Return(values, line=line))
         elif isinstance(node, ast.Expr):
@@ -470,10 +528,15 @@ class Lowering:
         elif isinstance(node, ast.Pass):
             return
         else:
-            raise src.error(node, f"the statement {type(node).__name__} is not supported in kernels",
-                            "kernels use assignments, if, for ... in range, while, break, continue and return")
+            raise src.error(
+                node,
+                f"the statement {type(node).__name__} is not supported in kernels",
+                "kernels use assignments, if, for ... in range, while, break, continue and return",
+            )
 
-    def assign_from(self, scope: Scope, target: ast.expr, value: ast.expr, out: list[Stmt], line: int) -> None:
+    def assign_from(
+        self, scope: Scope, target: ast.expr, value: ast.expr, out: list[Stmt], line: int
+    ) -> None:
         src = scope.src
         if isinstance(value, ast.Call) and _is_local_array(self.callee_object(scope, value)):
             if not isinstance(target, ast.Name):
@@ -514,7 +577,9 @@ class Lowering:
             if len(atoms) == 1 and target.id not in scope.tuples:
                 name = self.var(scope, target.id)
                 if name == self.launch_index:
-                    raise src.error(target, "the launch index cannot be reassigned", "copy it to another variable")
+                    raise src.error(
+                        target, "the launch index cannot be reassigned", "copy it to another variable"
+                    )
                 out.append(Assign(name, Call("copy", (atoms[0],)), line=line))
             else:
                 names = [f"{self.var(scope, target.id)}_{k}" for k in range(len(atoms))]
@@ -575,9 +640,17 @@ class Lowering:
         it = node.iter
         if node.orelse:
             raise src.error(node, "for ... else is not supported", "use a flag")
-        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and not it.keywords):
-            raise src.error(node, f"only `for ... in range(...)` loops are supported, not `in {ast.unparse(it)}`",
-                            "loop over an index: for k in range(len(a))")
+        if not (
+            isinstance(it, ast.Call)
+            and isinstance(it.func, ast.Name)
+            and it.func.id == "range"
+            and not it.keywords
+        ):
+            raise src.error(
+                node,
+                f"only `for ... in range(...)` loops are supported, not `in {ast.unparse(it)}`",
+                "loop over an index: for k in range(len(a))",
+            )
         if not isinstance(node.target, ast.Name):
             raise src.error(node, "the loop variable must be a single name")
         bounds = [self.expr(scope, a, out) for a in it.args]
@@ -599,7 +672,11 @@ class Lowering:
 
     def local_array(self, scope: Scope, name: str, node: ast.Call, out: list[Stmt], line: int) -> None:
         src = scope.src
-        if not node.args or len(node.args) > 2 or (node.keywords and [k.arg for k in node.keywords] != ["dtype"]):
+        if (
+            not node.args
+            or len(node.args) > 2
+            or (node.keywords and [k.arg for k in node.keywords] != ["dtype"])
+        ):
             raise src.error(node, "pad.local_array takes (shape, dtype=np.float64)")
         shape_node = node.args[0]
         elts = shape_node.elts if isinstance(shape_node, ast.Tuple) else [shape_node]
@@ -608,12 +685,20 @@ class Lowering:
             try:
                 value = self.constant_int(scope, e)
             except KernelSyntaxError:
-                raise src.error(node, "pad.local_array needs a shape of integer constants", "e.g. pad.local_array((3, 8))") from None
+                raise src.error(
+                    node, "pad.local_array needs a shape of integer constants", "e.g. pad.local_array((3, 8))"
+                ) from None
             shape.append(value)
-        dtype_node = node.args[1] if len(node.args) > 1 else (node.keywords[0].value if node.keywords else None)
+        dtype_node = (
+            node.args[1] if len(node.args) > 1 else (node.keywords[0].value if node.keywords else None)
+        )
         dtype = np.dtype(np.float64)
         if dtype_node is not None:
-            obj = self.attribute(scope, dtype_node) if isinstance(dtype_node, ast.Attribute) else scope.src.env.get(getattr(dtype_node, "id", ""))
+            obj = (
+                self.attribute(scope, dtype_node)
+                if isinstance(dtype_node, ast.Attribute)
+                else scope.src.env.get(getattr(dtype_node, "id", ""))
+            )
             try:
                 dtype = np.dtype(obj)
             except TypeError:
@@ -633,7 +718,11 @@ class Lowering:
                 return int(value)
         if isinstance(node, ast.BinOp):
             a, b = self.constant_int(scope, node.left), self.constant_int(scope, node.right)
-            ops: dict[type, Callable[[int, int], int]] = {ast.Add: int.__add__, ast.Mult: int.__mul__, ast.Sub: int.__sub__}
+            ops: dict[type, Callable[[int, int], int]] = {
+                ast.Add: int.__add__,
+                ast.Mult: int.__mul__,
+                ast.Sub: int.__sub__,
+            }
             if type(node.op) in ops:
                 return ops[type(node.op)](a, b)
         raise scope.src.error(node, "not an integer constant")
@@ -660,7 +749,9 @@ def lower_kernel(fn: Callable[..., Any], kinds: list[Kind]) -> Lowered:
     if tree.args.vararg or tree.args.kwarg or tree.args.kwonlyargs or tree.args.defaults:
         raise src.error(tree, "kernels take plain positional parameters only")
     if len(params) != len(kinds) + 1:
-        raise TypeError(f"kernel {fn.__name__} takes {len(params) - 1} arguments after the launch index, got {len(kinds)}")
+        raise TypeError(
+            f"kernel {fn.__name__} takes {len(params) - 1} arguments after the launch index, got {len(kinds)}"
+        )
     namer = Namer()
     all_kinds: dict[str, Kind] = {}
     low = Lowering(namer, all_kinds)
@@ -688,8 +779,11 @@ def lower_kernel(fn: Callable[..., Any], kinds: list[Kind]) -> Lowered:
             all_kinds[ir] = kind
     returns = [n for n in ast.walk(tree) if isinstance(n, ast.Return)]
     if any(r.value is not None for r in returns):
-        raise src.error(next(r for r in returns if r.value is not None), "kernels cannot return a value",
-                        "store results into an output array")
+        raise src.error(
+            next(r for r in returns if r.value is not None),
+            "kernels cannot return a value",
+            "store results into an output array",
+        )
     body.extend(low.block(scope, tree.body))
     return Lowered(ir_params, normalize(body, [], namer), all_kinds, namer, src.filename)
 
@@ -765,12 +859,21 @@ def _norm_stmt(s: Stmt, flags: _Flags, results: list[Name], namer: Namer) -> lis
         assert flags.cont is not None, "continue outside a loop"
         return [Assign(flags.cont, Lit(True), line=line)]
     if isinstance(s, Return):
-        stmts: list[Stmt] = [Assign(r.id, Call("copy", (v,)), line=line) for r, v in zip(results, s.values, strict=True)]
+        stmts: list[Stmt] = [
+            Assign(r.id, Call("copy", (v,)), line=line) for r, v in zip(results, s.values, strict=True)
+        ]
         if flags.ret is not None:
             stmts.append(Assign(flags.ret, Lit(True), line=line))
         return stmts
     if isinstance(s, If):
-        return [If(s.cond, _norm_block(s.body, flags, results, namer), _norm_block(s.orelse, flags, results, namer), line=line)]
+        return [
+            If(
+                s.cond,
+                _norm_block(s.body, flags, results, namer),
+                _norm_block(s.orelse, flags, results, namer),
+                line=line,
+            )
+        ]
     if isinstance(s, (For, While)):
         return _norm_loop(s, flags, results, namer)
     return [s]
@@ -798,7 +901,10 @@ def _norm_loop(loop: For | While, flags: _Flags, results: list[Name], namer: Nam
     test: list[Stmt]
     if isinstance(loop, For):
         trip, k = namer.fresh("trip"), namer.fresh("k")
-        pre += [Assign(trip, Call("tripcount", (loop.start, loop.stop, loop.step)), line=line), Assign(k, Lit(0), line=line)]
+        pre += [
+            Assign(trip, Call("tripcount", (loop.start, loop.stop, loop.step)), line=line),
+            Assign(k, Lit(0), line=line),
+        ]
         kv = namer.fresh("t")
         body = [
             Assign(kv, Call("mul", (Name(k), loop.step)), line=line),
@@ -814,7 +920,10 @@ def _norm_loop(loop: For | While, flags: _Flags, results: list[Name], namer: Nam
         cond = loop.cond
     for f in stops:
         nf, c = namer.fresh("c"), namer.fresh("c")
-        test += [Assign(nf, Call("not", (Name(f),)), line=line), Assign(c, Call("and", (cond, Name(nf))), line=line)]
+        test += [
+            Assign(nf, Call("not", (Name(f),)), line=line),
+            Assign(c, Call("and", (cond, Name(nf))), line=line),
+        ]
         cond = Name(c)
     return [*pre, While(test, cond, body, line=line)]
 

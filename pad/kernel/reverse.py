@@ -140,7 +140,9 @@ class Reverse:
             fo, ro = self.region(s.orelse, need)
             return [If(s.cond, fb, fo, line=s.line)], ([If(s.cond, rb, ro, line=s.line)] if rb or ro else [])
         if isinstance(s, LocalArray):
-            rev: list[Stmt] = [Fill(adj(s.target), Lit(0.0, typed=True))] if s.target in self.act.arrays else []
+            rev: list[Stmt] = (
+                [Fill(adj(s.target), Lit(0.0, typed=True))] if s.target in self.act.arrays else []
+            )
             return [s], rev
         if isinstance(s, (For, While)):
             return self.loop(s, need)
@@ -183,7 +185,13 @@ class Reverse:
         if s.array in self.act.arrays:
             if self.act.expr(s.value):
                 assert isinstance(s.value, Name)
-                rev.append(Assign(adj(s.value.id), call("add", Name(adj(s.value.id)), Elem(adj(s.array), s.index)), line=s.line))
+                rev.append(
+                    Assign(
+                        adj(s.value.id),
+                        call("add", Name(adj(s.value.id)), Elem(adj(s.array), s.index)),
+                        line=s.line,
+                    )
+                )
             if not s.accumulate:
                 rev.append(Store(adj(s.array), s.index, Lit(0.0, typed=True), line=s.line))
         if s.array in self.undo:
@@ -202,7 +210,9 @@ class Reverse:
         if isinstance(s, For):
             trip = self.fresh(s, "trip", "i")
             count: list[Stmt] = [Assign(trip, Call("tripcount", (s.start, s.stop, s.step)), line=s.line)]
-            set_var: list[Stmt] = [Assign(s.var, call("add", s.start, call("mul", Name(k), s.step)), line=s.line)]
+            set_var: list[Stmt] = [
+                Assign(s.var, call("add", s.start, call("mul", Name(k), s.step)), line=s.line)
+            ]
         else:
             trip = self.fresh(s, "n", "i")
             count, set_var = [], []
@@ -214,7 +224,9 @@ class Reverse:
         if isinstance(s, For):
             return [For(s.var, s.start, s.stop, s.step, fwd_body, line=s.line)], [*count, backwards]
         bump = Assign(trip, call("add", Name(trip), Lit(1)), line=s.line)
-        return [Assign(trip, Lit(0), line=s.line), While(s.test, s.cond, [*fwd_body, bump], line=s.line)], [backwards]
+        return [Assign(trip, Lit(0), line=s.line), While(s.test, s.cond, [*fwd_body, bump], line=s.line)], [
+            backwards
+        ]
 
     def recomputed(self, s: For | While) -> tuple[list[Stmt], list[Stmt]]:
         """Forward: push the carried scalars the iteration's reverse needs. Reverse: pop, re-run, adjoint."""

@@ -56,11 +56,26 @@ rule(
 )
 rule("floordiv", "({0} // {1})", "promote")
 rule("mod", "({0} % {1})", "promote", lambda out, a, b: [Lit(1, True), -call("floor", a / b)])
-rule("min", "min({0}, {1})", "promote", lambda out, a, b: [_sel(call("le", a, b), 1.0, 0.0), _sel(call("le", a, b), 0.0, 1.0)])
-rule("max", "max({0}, {1})", "promote", lambda out, a, b: [_sel(call("ge", a, b), 1.0, 0.0), _sel(call("ge", a, b), 0.0, 1.0)])
+rule(
+    "min",
+    "min({0}, {1})",
+    "promote",
+    lambda out, a, b: [_sel(call("le", a, b), 1.0, 0.0), _sel(call("le", a, b), 0.0, 1.0)],
+)
+rule(
+    "max",
+    "max({0}, {1})",
+    "promote",
+    lambda out, a, b: [_sel(call("ge", a, b), 1.0, 0.0), _sel(call("ge", a, b), 0.0, 1.0)],
+)
 rule("abs", "abs({0})", "same", lambda out, x: [call("copysign", 1.0, x)])
 rule("fabs", "math.fabs({0})", "float", lambda out, x: [call("copysign", 1.0, x)])
-rule("copysign", "math.copysign({0}, {1})", "float", lambda out, a, b: [call("copysign", 1.0, a) * call("copysign", 1.0, b), None])
+rule(
+    "copysign",
+    "math.copysign({0}, {1})",
+    "float",
+    lambda out, a, b: [call("copysign", 1.0, a) * call("copysign", 1.0, b), None],
+)
 rule("select", "({1} if {0} else {2})", "promote")
 
 # Elementary functions (math.* and their numpy twins map here).
@@ -80,7 +95,12 @@ rule("atan2", "math.atan2({0}, {1})", "float", lambda out, y, x: [x / (x * x + y
 rule("sinh", "math.sinh({0})", "float", lambda out, x: [call("cosh", x)])
 rule("cosh", "math.cosh({0})", "float", lambda out, x: [call("sinh", x)])
 rule("tanh", "math.tanh({0})", "float", lambda out, x: [1.0 - out * out])
-rule("hypot", "math.hypot({0}, {1})", "float", lambda out, x, y: [_sel(call("gt", out, 0.0), x / out, 0.0), _sel(call("gt", out, 0.0), y / out, 0.0)])
+rule(
+    "hypot",
+    "math.hypot({0}, {1})",
+    "float",
+    lambda out, x, y: [_sel(call("gt", out, 0.0), x / out, 0.0), _sel(call("gt", out, 0.0), y / out, 0.0)],
+)
 rule("floor", "np.floor({0})", "same")
 rule("ceil", "np.ceil({0})", "same")
 rule("ifloor", "math.floor({0})", "int")
@@ -109,7 +129,10 @@ rule("item", "{0}[{1}]", "same")
 
 #: ``math.x`` / ``np.x`` names that map to a rule, and builtins.
 FUNCTIONS: dict[str, str] = {
-    **{n: n for n in ("sqrt", "cbrt", "exp", "log", "log1p", "expm1", "sin", "cos", "tan", "sinh", "cosh", "tanh")},
+    **{
+        n: n
+        for n in ("sqrt", "cbrt", "exp", "log", "log1p", "expm1", "sin", "cos", "tan", "sinh", "cosh", "tanh")
+    },
     **{n: n for n in ("asin", "acos", "atan", "atan2", "hypot", "copysign", "fabs")},
     "arcsin": "asin",
     "arccos": "acos",
@@ -127,4 +150,11 @@ FUNCTIONS: dict[str, str] = {
 }
 MATH_ONLY: dict[str, str] = {"floor": "ifloor", "ceil": "iceil"}
 NUMPY_ONLY: dict[str, str] = {"floor": "floor", "ceil": "ceil", "abs": "abs"}
-BUILTINS: dict[str, str] = {"min": "min", "max": "max", "abs": "abs", "int": "int", "float": "float", "bool": "bool"}
+BUILTINS: dict[str, str] = {
+    "min": "min",
+    "max": "max",
+    "abs": "abs",
+    "int": "int",
+    "float": "float",
+    "bool": "bool",
+}

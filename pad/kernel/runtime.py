@@ -6,7 +6,7 @@ import numpy as np
 from numba import njit
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def push_f(stack: np.ndarray, top: int, value: float) -> tuple[np.ndarray, int]:
     """Push a float (saved as float64, exact for float32) and return the possibly grown stack."""
     if top == stack.shape[0]:
@@ -17,7 +17,7 @@ def push_f(stack: np.ndarray, top: int, value: float) -> tuple[np.ndarray, int]:
     return stack, top + 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def push_i(stack: np.ndarray, top: int, value: int) -> tuple[np.ndarray, int]:
     """Push an integer or boolean and return the possibly grown stack."""
     if top == stack.shape[0]:

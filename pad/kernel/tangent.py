@@ -50,7 +50,9 @@ class Tangent:
         if isinstance(s, Store):
             if s.array not in self.act.arrays:
                 return [s]
-            value = Name(tan(s.value.id)) if self.act.expr(s.value) else Lit(0.0, typed=True)  # type: ignore[union-attr]
+            value: Expr = Lit(0.0, typed=True)
+            if isinstance(s.value, Name) and self.act.expr(s.value):
+                value = Name(tan(s.value.id))
             target = tan(s.array)
             if s.accumulate and s.array in self.privatized and not owned(s.index, self.launch_index):
                 target = f"_pv{target}"
@@ -68,7 +70,11 @@ class Tangent:
     def derivative(self, s: Assign) -> Expr:
         value = s.value
         if isinstance(value, Elem):
-            return Elem(tan(value.array), value.index) if value.array in self.act.arrays else Lit(0.0, typed=True)
+            return (
+                Elem(tan(value.array), value.index)
+                if value.array in self.act.arrays
+                else Lit(0.0, typed=True)
+            )
         if not isinstance(value, Call) or RULES[value.op].partials is None:
             return Lit(0.0, typed=True)
         partials = RULES[value.op].partials(Name(s.target), *value.args)  # type: ignore[misc]

@@ -36,7 +36,9 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
         cpu.run(k.variant(args, "primal"), n, args)
         return
     shadows = [ctx.shadow(a) if hasattr(a, "shape") and getattr(a, "ndim", 0) > 0 else None for a in args]
-    active = tuple(s is not None or isinstance(a, tape.ActiveScalar) for a, s in zip(args, shadows, strict=True))
+    active = tuple(
+        s is not None or isinstance(a, tape.ActiveScalar) for a, s in zip(args, shadows, strict=True)
+    )
     plain = tuple(float(a) if isinstance(a, tape.ActiveScalar) else a for a in args)
     if not ctx.reverse_mode:
         variant = k.variant(plain, "tangent", active)
@@ -49,7 +51,9 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
     kept = {p: ctx.keep(args[p]) for p in variant.loaded}
     ctx.will_write(args[p] for p in variant.stored)
     cpu.run(k.variant(plain, "primal"), n, plain)
-    ctx.record(LaunchRecord(ctx, variant, n, plain, kept, shadows, [args[p].slot for p in variant.active_scalars]))
+    ctx.record(
+        LaunchRecord(ctx, variant, n, plain, kept, shadows, [args[p].slot for p in variant.active_scalars])
+    )
 
 
 class LaunchRecord:

@@ -64,9 +64,23 @@ def _arith():
 def k_elementary(i, x, y):
     a = x[i]
     y[i] = (
-        math.sqrt(a) + np.cbrt(a) + math.exp(a) + math.log(a) + math.log1p(a) + math.expm1(a)
-        + math.sin(a) + math.cos(a) + math.tan(a) + math.asin(a - 1.0) + math.acos(a - 1.0) + math.atan(a)
-        + math.sinh(a) + math.cosh(a) + math.tanh(a) + math.fabs(a - 1.0) + abs(a - 1.0)
+        math.sqrt(a)
+        + np.cbrt(a)
+        + math.exp(a)
+        + math.log(a)
+        + math.log1p(a)
+        + math.expm1(a)
+        + math.sin(a)
+        + math.cos(a)
+        + math.tan(a)
+        + math.asin(a - 1.0)
+        + math.acos(a - 1.0)
+        + math.atan(a)
+        + math.sinh(a)
+        + math.cosh(a)
+        + math.tanh(a)
+        + math.fabs(a - 1.0)
+        + abs(a - 1.0)
     )
 
 
@@ -97,7 +111,14 @@ def _binary():
 @pad.kernel
 def k_numpy_names(i, x, y):
     a = x[i]
-    y[i] = np.sqrt(a) * np.exp(-a) + np.arctan2(a, 2.0) + np.arcsin(a - 1.0) + np.abs(-a) + np.log(a) + np.floor(a) * a
+    y[i] = (
+        np.sqrt(a) * np.exp(-a)
+        + np.arctan2(a, 2.0)
+        + np.arcsin(a - 1.0)
+        + np.abs(-a)
+        + np.log(a)
+        + np.floor(a) * a
+    )
 
 
 @case("numpy names")
@@ -149,7 +170,12 @@ def _active_scalar():
     def prog(a, b, x, y):
         pad.launch(k_active_scalar, x.shape[0], a, b, x, y)
 
-    return prog, lambda rng, dt: (pad.Active(1.3), pad.Active(0.7), dup(arr(rng, 16, dt)), dup(arr(rng, 16, dt)))
+    return prog, lambda rng, dt: (
+        pad.Active(1.3),
+        pad.Active(0.7),
+        dup(arr(rng, 16, dt)),
+        dup(arr(rng, 16, dt)),
+    )
 
 
 @pad.kernel
@@ -619,7 +645,14 @@ def _hex():
         # A 3x1x1 row of hexahedra sharing faces: 16 nodes.
         nodes = np.array([[e, e + 1, e + 5, e + 4, e + 8, e + 9, e + 13, e + 12] for e in range(3)], np.int64)
         coords = [dup(arr(rng, 16, dt)) for _ in range(3)]
-        return (nodes, *coords, dup(arr(rng, 3, dt)), dup(arr(rng, 16, dt)), dup(arr(rng, 16, dt)), dup(arr(rng, 16, dt)))
+        return (
+            nodes,
+            *coords,
+            dup(arr(rng, 3, dt)),
+            dup(arr(rng, 16, dt)),
+            dup(arr(rng, 16, dt)),
+            dup(arr(rng, 16, dt)),
+        )
 
     return prog, args
 
@@ -695,7 +728,12 @@ def _program():
         if float(z[0]) > -1e9:  # Python control flow on primal values
             pad.launch(k_scale, n, 0.5, z, y)
 
-    return prog, lambda rng, dt: (pad.Active(0.9), dup(arr(rng, 12, dt)), dup(arr(rng, 12, dt)), dup(arr(rng, 12, dt)))
+    return prog, lambda rng, dt: (
+        pad.Active(0.9),
+        dup(arr(rng, 12, dt)),
+        dup(arr(rng, 12, dt)),
+        dup(arr(rng, 12, dt)),
+    )
 
 
 @case("intermediate arrays allocated inside the program")
@@ -721,8 +759,15 @@ def _views():
 # -------------------------------------------------------------------------------------- float32
 for _c in list(CASES):
     if _c.name in {
-        "arith", "elementary", "binary functions", "loop accumulator with recurrence", "nonlinear recurrence",
-        "miniBUDE-like branchy pairwise energy", "LULESH-like hexahedron gather / compute / scatter-add",
-        "scatter-add at shared indices", "local arrays and helpers taking arrays", "if/elif/else and boolean logic",
+        "active scalars",
+        "elementary",
+        "binary functions",
+        "loop accumulator with recurrence",
+        "nonlinear recurrence",
+        "2-D indexing: dense mat-vec",
+        "LULESH-like hexahedron gather / compute / scatter-add",
+        "scatter-add at shared indices",
+        "local arrays and helpers taking arrays",
+        "if/elif/else and boolean logic",
     }:
         CASES.append(Case(_c.name + " [float32]", _c.program, _c.make_args, np.float32))

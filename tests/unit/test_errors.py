@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -72,9 +74,14 @@ def k_index_reassign(i, x):
         (k_slice, (np.ones(3), np.ones(3)), "slices are not supported", "index single elements"),
         (k_iterate_array, (np.ones(3), np.ones(3)), "only `for ... in range(...)`", "loop over an index"),
         (k_allocate, (np.ones(3),), "np.zeros", "kernels call math/numpy"),
-        (k_comprehension, (np.ones(3),), "ListComp", ""),
+        (k_comprehension, (np.ones(3),), "the call sum(...) is not supported", "kernels call math/numpy"),
         (k_try, (np.ones(3),), "the statement Try is not supported", "kernels use assignments"),
-        (k_return_value, (np.ones(3),), "kernels cannot return a value", "store results into an output array"),
+        (
+            k_return_value,
+            (np.ones(3),),
+            "kernels cannot return a value",
+            "store results into an output array",
+        ),
         (k_race, (np.zeros(3, np.int64), np.ones(3)), "is reduced into", "Reduce into a separate array"),
         (k_index_reassign, (np.ones(3),), "launch index cannot be reassigned", "copy it"),
     ],
@@ -91,16 +98,20 @@ def test_unsupported_construct_names_file_line_and_fix(kernel, args, construct, 
 def test_error_names_the_right_line():
     with pytest.raises(pad.KernelSyntaxError) as info:
         pad.launch(k_print, 3, np.ones(3))
-    line = next(n for n, text in enumerate(open(__file__).read().splitlines(), 1) if "print(x[i])" in text)
+    line = next(
+        n for n, text in enumerate(Path(__file__).read_text().splitlines(), 1) if "print(x[i])" in text
+    )
     assert f"test_errors.py:{line}:" in str(info.value)
 
 
 def test_calling_a_kernel_directly():
-    with pytest.raises(TypeError, match="cannot be called directly.*pad.launch"):
+    with pytest.raises(TypeError, match=r"cannot be called directly.*pad\.launch"):
         k_ok(0, np.ones(3), np.ones(3))
 
 
-@pytest.mark.parametrize(("n", "error", "match"), [(-1, ValueError, "must not be negative"), (2.5, TypeError, "integer")])
+@pytest.mark.parametrize(
+    ("n", "error", "match"), [(-1, ValueError, "must not be negative"), (2.5, TypeError, "integer")]
+)
 def test_bad_launch_size(n, error, match):
     y = np.zeros(3)
     with pytest.raises(error, match=match):
@@ -109,7 +120,7 @@ def test_bad_launch_size(n, error, match):
 
 
 def test_launch_needs_a_kernel():
-    with pytest.raises(TypeError, match="needs a @pad.kernel"):
+    with pytest.raises(TypeError, match=r"needs a @pad\.kernel"):
         pad.launch(lambda i: None, 3)
 
 
@@ -182,7 +193,7 @@ def test_failed_reverse_pass_keeps_primal_results():
         pad.launch(k_inplace_double, 3, y)
         bad_shadow.flags.writeable = False  # the reverse pass will fail writing this shadow
 
-    with pytest.raises(ValueError):
+    with pytest.raises(Exception, match="readonly"):
         pad.autodiff(program, pad.Dup(x, bad_shadow), pad.Dup(y, np.ones(3)))
     np.testing.assert_array_equal(y, 4.0)
     np.testing.assert_array_equal(x, 1.0)
