@@ -1,0 +1,232 @@
+"""Drivers: a deck placed on CPU threads or a GPU, its poses split over MPI ranks, energies and gradients.
+
+Each rank scores a contiguous share of the poses. Energies and pose gradients are gathered to rank 0;
+gradients with respect to data every rank shares (protein coordinates, forcefield) are the sums of the ranks'
+gradients of their own poses' energies, reduced with an allreduce. CuPy is imported only for ``device="gpu"``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import pad
+from apps.minibude.deck import Deck, InputError
+from apps.minibude.kernels import NCOEF, PPWI_MAX, fasten, pair_table
+
+__all__ = ["WRT", "Docking", "verify"]
+
+WRT = ("protein", "poses", "forcefield")
+TOLERANCE = 2.5e-4  # the reference's validity threshold: 0.025 %
+
+
+def _array_module(device: str) -> Any:
+    if device == "cpu":
+        return np
+    try:
+        import cupy
+    except ImportError as exc:
+        raise InputError(f"--device gpu: CuPy is not available ({exc})") from None
+    return cupy
+
+
+def _share(n: int, rank: int, size: int) -> tuple[int, int]:
+    """The contiguous range of ``n`` items that ``rank`` of ``size`` owns."""
+    base, extra = divmod(n, size)
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (1 if rank < extra else 0)
+
+
+class Docking:
+    """A deck on one device, holding this rank's poses, ready to score and differentiate.
+
+    ``comm`` is an mpi4py communicator or ``None`` for a single process.
+    """
+
+    def __init__(self, deck: Deck, ppwi: int = 64, device: str = "cpu", comm: Any = None) -> None:
+        if not 1 <= ppwi <= PPWI_MAX:
+            raise InputError(f"--ppwi: {ppwi} is outside 1..{PPWI_MAX}")
+        self.deck, self.ppwi, self.device, self.comm = deck, ppwi, device, comm
+        self.rank = comm.Get_rank() if comm is not None else 0
+        self.size = comm.Get_size() if comm is not None else 1
+        if self.size > deck.nposes:
+            raise InputError(f"mpiexec -n {self.size}: more MPI ranks than poses ({deck.nposes})")
+        self.lo, self.hi = _share(deck.nposes, self.rank, self.size)
+        xp = self.xp = _array_module(device)
+        self.protein_xyz = xp.asarray(deck.protein_xyz)
+        self.protein_type = xp.asarray(deck.protein_type)
+        self.ligand_xyz = xp.asarray(deck.ligand_xyz)
+        self.ligand_type = xp.asarray(deck.ligand_type)
+        self.ff_hbtype = xp.asarray(deck.ff_hbtype)
+        self.ff_params = xp.asarray(deck.ff_params)
+        self.poses = xp.asarray(np.ascontiguousarray(deck.poses[:, self.lo : self.hi]))
+        self.table = xp.zeros((deck.ntypes, deck.ntypes, NCOEF), np.float32)
+        self.energies = xp.zeros(self.hi - self.lo, np.float32)
+        self.update_table()
+
+    # -- launches ---------------------------------------------------------------------------------------
+    @property
+    def nlocal(self) -> int:
+        return self.hi - self.lo
+
+    def update_table(self) -> None:
+        """Recompute the type-pair coefficients (after the forcefield changed)."""
+        _table(self.ff_hbtype, self.ff_params, self.table)
+
+    def _fasten(self, protein_xyz: Any, table: Any, poses: Any, energies: Any) -> None:
+        blocks = (poses.shape[1] + self.ppwi - 1) // self.ppwi
+        args = (protein_xyz, self.protein_type, self.ligand_xyz, self.ligand_type, table, poses, energies)
+        pad.launch(fasten, blocks, self.ppwi, *args)
+
+    def score(self) -> Any:
+        """This rank's pose energies (on the device)."""
+        self._fasten(self.protein_xyz, self.table, self.poses, self.energies)
+        return self.energies
+
+    def sync(self) -> None:
+        """Wait for the device (timings)."""
+        if self.device == "gpu":
+            self.xp.cuda.Device().synchronize()
+
+    # -- gradients --------------------------------------------------------------------------------------
+    def gradient(self, wrt: str) -> Any:
+        """This rank's gradient of the sum of its energies (on the device), before any reduction.
+
+        ``protein``: (natpro, 3); ``poses``: (6, nlocal), each pose's own gradient since poses are
+        independent; ``forcefield``: (ntypes, 3) for radius, hphb, elsc.
+        """
+        xp = self.xp
+        seed = xp.ones(self.nlocal, np.float32)
+        if wrt == "protein":
+            grad = xp.zeros_like(self.protein_xyz)
+            pad.autodiff(
+                self._fasten,
+                pad.Dup(self.protein_xyz, grad),
+                pad.Const(self.table),
+                pad.Const(self.poses),
+                pad.Dup(self.energies, seed),
+            )
+        elif wrt == "poses":
+            grad = xp.zeros_like(self.poses)
+            pad.autodiff(
+                self._fasten,
+                pad.Const(self.protein_xyz),
+                pad.Const(self.table),
+                pad.Dup(self.poses, grad),
+                pad.Dup(self.energies, seed),
+            )
+        elif wrt == "forcefield":
+            grad = xp.zeros_like(self.ff_params)
+            table_shadow = xp.zeros_like(self.table)
+
+            def energy_of_forcefield(ff_params: Any, table: Any, energies: Any) -> None:
+                _table(self.ff_hbtype, ff_params, table)
+                self._fasten(self.protein_xyz, table, self.poses, energies)
+
+            pad.autodiff(
+                energy_of_forcefield,
+                pad.Dup(self.ff_params, grad),
+                pad.Dup(self.table, table_shadow),
+                pad.Dup(self.energies, seed),
+            )
+        else:
+            raise InputError(f"--wrt: {wrt!r} is not one of {', '.join(WRT)}")
+        return grad
+
+    # -- results over ranks -----------------------------------------------------------------------------
+    def gather_energies(self) -> np.ndarray | None:
+        """All energies on rank 0 (``None`` elsewhere), as float32 host arrays."""
+        return self._gather(_host(self.energies))
+
+    def reduced_gradient(self, wrt: str, grad: Any) -> np.ndarray | None:
+        """The full gradient on rank 0 in API.md's layout: (natpro, 3), (nposes, 6) or (ntypes, 3)."""
+        host = _host(grad)
+        if wrt == "poses":
+            rows = self._gather(np.ascontiguousarray(host.T).ravel())
+            return None if rows is None else rows.reshape(-1, 6)
+        if self.comm is None:
+            return host
+        total = np.empty_like(host)
+        self.comm.Allreduce(host, total)
+        return total if self.rank == 0 else None
+
+    def _gather(self, local: np.ndarray) -> np.ndarray | None:
+        if self.comm is None:
+            return local
+        counts = self.comm.allgather(local.size)
+        out = np.empty(sum(counts), local.dtype) if self.rank == 0 else None
+        self.comm.Gatherv(local, [out, counts] if self.rank == 0 else None, root=0)
+        return out
+
+    # -- measurement ------------------------------------------------------------------------------------
+    def timed(self, step: Callable[[], Any], iterations: int, progress: Callable[[int], None]) -> float:
+        """Wall-clock seconds per call of ``step`` after one warm-up call (which compiles), over all ranks."""
+        step()
+        self.sync()
+        if self.comm is not None:
+            self.comm.Barrier()
+        start = time.perf_counter()
+        for _ in range(iterations):
+            step()
+            self.sync()
+            progress(1)
+        if self.comm is not None:
+            self.comm.Barrier()
+        return (time.perf_counter() - start) / iterations
+
+    # -- checks -----------------------------------------------------------------------------------------
+    def finite_difference_check(self, wrt: str, grad: Any, count: int = 4) -> dict[str, float]:
+        """Compare ``count`` components of this rank's gradient with central differences of its energy sum.
+
+        Energies are float32, so the step is large (1e-2) and agreement is expected to about 1 %.
+        """
+        host = _host(grad)
+        target = {"protein": self.protein_xyz, "poses": self.poses, "forcefield": self.ff_params}[wrt]
+        rng = np.random.default_rng(7)
+        worst = 0.0
+        biggest = np.argsort(np.abs(host).ravel())[::-1][: max(1, count // 2)]
+        chosen = list(biggest) + list(rng.integers(0, host.size, count - len(biggest)))
+        for flat in chosen:
+            idx = np.unravel_index(int(flat), host.shape)
+            original = float(target[idx])
+            h = 1e-2 * max(1.0, abs(original))
+            sums = []
+            for shift in (h, -h):
+                target[idx] = original + shift
+                if wrt == "forcefield":
+                    self.update_table()
+                sums.append(float(_host(self.score()).astype(np.float64).sum()))
+            target[idx] = original
+            if wrt == "forcefield":
+                self.update_table()
+            fd = (sums[0] - sums[1]) / (2 * h)
+            scale = max(abs(fd), float(np.abs(host).max()) * 1e-3, 1e-6)
+            worst = max(worst, abs(fd - float(host[idx])) / scale)
+        self.score()
+        return {"fd_components": len(chosen), "fd_max_rel_err": worst}
+
+
+def _table(ff_hbtype: Any, ff_params: Any, table: Any) -> None:
+    pad.launch(pair_table, table.shape[0] * table.shape[1], ff_hbtype, ff_params, table)
+
+
+def _host(a: Any) -> np.ndarray:
+    return a if isinstance(a, np.ndarray) else a.get()
+
+
+def verify(energies: np.ndarray, reference: np.ndarray) -> tuple[bool, float]:
+    """The reference's rule, with |ref|: max over poses of |ref - e| / |ref| below 0.025 %.
+
+    Poses where both |ref| and |e| are below 1 are skipped. Returns (valid, max relative difference).
+    """
+    e = energies.astype(np.float64)
+    keep = (np.abs(reference) >= 1.0) | (np.abs(e) >= 1.0)
+    if not keep.any():
+        return True, 0.0
+    diff = np.abs(reference[keep] - e[keep]) / np.maximum(np.abs(reference[keep]), np.finfo(np.float64).tiny)
+    worst = float(diff.max())
+    return bool(worst < TOLERANCE and math.isfinite(worst)), worst
