@@ -171,21 +171,28 @@ def synthetic_deck(
     """A deterministic deck with bm1's sizes and value ranges (a globular protein, a small ligand near it).
 
     Forcefield radii lie in [1.4, 2.1], hydrophobicities in [-0.8, 2.6] with some zeros, charges in
-    {-1, 0, 1, 2}; hbtypes mix 'F', 'E', 'D' and '-'. Poses rotate by angles in [-pi, pi] and translate by
-    up to 7 Angstrom, as bm1's do.
+    [-0.8, 0.8] with zeros and a few of -1, 1, 2; hbtypes mix 'F', 'E', 'D' and '-'. Poses rotate by angles
+    in [-pi, pi] and translate by up to 7 Angstrom, as bm1's do.
     """
     rng = np.random.default_rng(seed)
     ff_hbtype = rng.choice(np.array([ord("-"), HBTYPE_F, HBTYPE_E, ord("D")], np.int32), ntypes)
     radius = rng.uniform(1.4, 2.1, ntypes)
     hphb = np.where(rng.random(ntypes) < 0.2, 0.0, rng.uniform(-0.8, 2.6, ntypes))
-    elsc = np.where(rng.random(ntypes) < 0.6, 0.0, rng.choice([-1.0, 1.0, 2.0], ntypes))
+    elsc = np.where(rng.random(ntypes) < 0.4, 0.0, rng.uniform(-0.8, 0.8, ntypes))
+    elsc[rng.random(ntypes) < 0.1] = rng.choice([-1.0, 1.0, 2.0])
     ff_params = np.stack([radius, hphb, elsc], axis=1).astype(np.float32)
-    # Protein: atoms spread through a ball of radius 20 A; ligand: a compact cluster of radius 5 A near the
-    # surface, so poses produce close contacts (steric and charge terms) as real decks do.
-    direction = rng.normal(size=(natpro, 3))
-    direction /= np.linalg.norm(direction, axis=1, keepdims=True)
-    protein_xyz = (direction * 20.0 * rng.random((natpro, 1)) ** (1 / 3)).astype(np.float32)
-    ligand_xyz = (rng.normal(scale=2.0, size=(natlig, 3)) + np.array([0.0, 5.0, 1.0])).astype(np.float32)
+    # Protein: atoms spread through a ball of radius 20 A centred 6 A below the origin, with a pocket of
+    # radius 8.5 A around the origin where the ligand (centred there) docks; the poses' translations push it
+    # into the pocket walls, giving bm1's spread of energies (about a tenth of them negative).
+    centre = np.array([0.0, 0.0, -6.0])
+    atoms = np.empty((0, 3))
+    while len(atoms) < natpro:
+        cand = rng.uniform(-20.0, 20.0, (4 * natpro, 3))
+        cand = cand[np.linalg.norm(cand, axis=1) < 20.0] + centre
+        atoms = np.concatenate([atoms, cand[np.linalg.norm(cand, axis=1) > 8.5]])
+    protein_xyz = atoms[:natpro].astype(np.float32)
+    ligand = rng.normal(scale=2.0, size=(natlig, 3))
+    ligand_xyz = (ligand - ligand.mean(axis=0)).astype(np.float32)
     angles = rng.uniform(-np.pi, np.pi, (3, nposes))
     shifts = rng.uniform(-7.0, 7.0, (3, nposes))
     return Deck(
