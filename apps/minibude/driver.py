@@ -16,7 +16,7 @@ import numpy as np
 
 import pad
 from apps.minibude.deck import Deck, InputError
-from apps.minibude.kernels import NCOEF, PPWI_MAX, fasten, pair_table
+from apps.minibude.kernels import NCOEF, PPWI_MAX, fasten, fasten_single, pair_table
 
 __all__ = ["WRT", "Docking", "verify"]
 
@@ -78,9 +78,11 @@ class Docking:
         _table(self.ff_hbtype, self.ff_params, self.table)
 
     def _fasten(self, protein_xyz: Any, table: Any, poses: Any, energies: Any) -> None:
-        blocks = (poses.shape[1] + self.ppwi - 1) // self.ppwi
         args = (protein_xyz, self.protein_type, self.ligand_xyz, self.ligand_type, table, poses, energies)
-        pad.launch(fasten, blocks, self.ppwi, *args)
+        if self.ppwi == 1:
+            pad.launch(fasten_single, poses.shape[1], *args)
+        else:
+            pad.launch(fasten, (poses.shape[1] + self.ppwi - 1) // self.ppwi, self.ppwi, *args)
 
     def score(self) -> Any:
         """This rank's pose energies (on the device)."""

@@ -15,7 +15,8 @@ Two launches make one evaluation:
    speed; the energies agree with the reference's formula to float32 rounding.
 2. :func:`fasten` (one launch index per block of ``ppwi`` consecutive poses, as the reference blocks them)
    transforms each ligand atom by the block's poses and accumulates the pair energies over all protein atoms
-   in an inner loop over the poses, which vectorizes.
+   in an inner loop over the poses, which vectorizes. :func:`fasten_single` scores one pose per launch
+   index with everything in registers, the shape GPUs prefer (``ppwi`` 1).
 
 Gradients come from ``pad.autodiff`` over both launches: with respect to protein coordinates and poses through
 :func:`fasten`, with respect to the forcefield through :func:`pair_table` as well.
@@ -29,7 +30,7 @@ import numpy as np
 
 import pad
 
-__all__ = ["NCOEF", "PPWI_MAX", "fasten", "pair_table"]
+__all__ = ["NCOEF", "PPWI_MAX", "fasten", "fasten_single", "pair_table", "rotation"]
 
 PPWI_MAX = 128  # largest pose block (the reference allows 1..128)
 NCOEF = 9  # coefficients per type pair: radij, elcdst, distdslv, zone_a, zone_b, chrg, chrg_d, dslv, dslv_f
@@ -47,6 +48,28 @@ NPNPDIST = np.float32(5.5)
 NPPDIST = np.float32(1.0)
 CNSTNT = np.float32(45.0)
 FLOAT_MAX = np.float32(3.4028235e38)
+
+
+@pad.func
+def rotation(rx, ry, rz):
+    """The pose's rotation matrix, row by row, from its three angles (the reference's convention)."""
+    sx = math.sin(rx)
+    cx = math.cos(rx)
+    sy = math.sin(ry)
+    cy = math.cos(ry)
+    sz = math.sin(rz)
+    cz = math.cos(rz)
+    return (
+        cy * cz,
+        sx * sy * cz - cx * sz,
+        cx * sy * cz + sx * sz,
+        cy * sz,
+        sx * sy * sz + cx * cz,
+        cx * sy * sz - sx * cz,
+        -sy,
+        sx * cy,
+        cx * cy,
+    )
 
 
 @pad.kernel(fastmath=True)
@@ -103,23 +126,18 @@ def fasten(g, ppwi, protein_xyz, protein_type, ligand_xyz, ligand_type, table, p
     lpz = pad.local_array(PPWI_MAX, np.float32)
     for j in range(nb):
         ix = start + j
-        sx = math.sin(poses[0, ix])
-        cx = math.cos(poses[0, ix])
-        sy = math.sin(poses[1, ix])
-        cy = math.cos(poses[1, ix])
-        sz = math.sin(poses[2, ix])
-        cz = math.cos(poses[2, ix])
-        tr[0, j] = cy * cz
-        tr[1, j] = sx * sy * cz - cx * sz
-        tr[2, j] = cx * sy * cz + sx * sz
+        r00, r01, r02, r10, r11, r12, r20, r21, r22 = rotation(poses[0, ix], poses[1, ix], poses[2, ix])
+        tr[0, j] = r00
+        tr[1, j] = r01
+        tr[2, j] = r02
         tr[3, j] = poses[3, ix]
-        tr[4, j] = cy * sz
-        tr[5, j] = sx * sy * sz + cx * cz
-        tr[6, j] = cx * sy * sz - sx * cz
+        tr[4, j] = r10
+        tr[5, j] = r11
+        tr[6, j] = r12
         tr[7, j] = poses[4, ix]
-        tr[8, j] = -sy
-        tr[9, j] = sx * cy
-        tr[10, j] = cx * cy
+        tr[8, j] = r20
+        tr[9, j] = r21
+        tr[10, j] = r22
         tr[11, j] = poses[5, ix]
         etot[j] = ZERO
     for il in range(ligand_xyz.shape[0]):
@@ -155,3 +173,32 @@ def fasten(g, ppwi, protein_xyz, protein_type, ligand_xyz, ligand_type, table, p
                 etot[j] += zone_a + zone_b * distbb if distbb < ZERO else e_chrg + e_dslv
     for j in range(nb):
         energies[start + j] = etot[j] * HALF
+
+
+@pad.kernel(fastmath=True)
+def fasten_single(i, protein_xyz, protein_type, ligand_xyz, ligand_type, table, poses, energies):
+    """Energy of pose ``i`` alone: one pose per launch index, for GPUs (no local arrays, all in registers)."""
+    r00, r01, r02, r10, r11, r12, r20, r21, r22 = rotation(poses[0, i], poses[1, i], poses[2, i])
+    etot = ZERO
+    for il in range(ligand_xyz.shape[0]):
+        lt = ligand_type[il]
+        ax = ligand_xyz[il, 0]
+        ay = ligand_xyz[il, 1]
+        az = ligand_xyz[il, 2]
+        lpx = poses[3, i] + ax * r00 + ay * r01 + az * r02
+        lpy = poses[4, i] + ax * r10 + ay * r11 + az * r12
+        lpz = poses[5, i] + ax * r20 + ay * r21 + az * r22
+        for ip in range(protein_xyz.shape[0]):
+            pt = protein_type[ip]
+            x = lpx - protein_xyz[ip, 0]
+            y = lpy - protein_xyz[ip, 1]
+            z = lpz - protein_xyz[ip, 2]
+            distbb = math.sqrt(x * x + y * y + z * z) - table[lt, pt, 0]
+            if distbb < ZERO:
+                etot += table[lt, pt, 3] + table[lt, pt, 4] * distbb
+            else:
+                if distbb < table[lt, pt, 1]:
+                    etot += table[lt, pt, 5] + table[lt, pt, 6] * distbb
+                if distbb < table[lt, pt, 2]:
+                    etot += table[lt, pt, 7] + table[lt, pt, 8] * distbb
+    energies[i] = etot * HALF
