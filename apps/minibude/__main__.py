@@ -103,15 +103,16 @@ def _set_threads(threads: int | None, comm: Any) -> int:
     """Set numba's thread count; by default the cores divided among this node's ranks."""
     import numba
 
+    available = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
     if threads is None:
         local = 1
         if comm is not None:
             from mpi4py import MPI
 
             local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
-        threads = max(1, numba.config.NUMBA_NUM_THREADS // local)
-    if threads > numba.config.NUMBA_NUM_THREADS:
-        raise InputError(f"--threads: {threads} is more than the {numba.config.NUMBA_NUM_THREADS} available")
+        threads = max(1, available // local)
+    if threads > available:
+        raise InputError(f"--threads: {threads} is more than the {available} available")
     numba.set_num_threads(threads)
     return threads
 
