@@ -37,17 +37,13 @@ NCOEF = 9  # coefficients per type pair: radij, elcdst, distdslv, zone_a, zone_b
 
 HBTYPE_F = 70  # ord("F")
 HBTYPE_E = 69  # ord("E")
-ZERO = np.float32(0.0)
-HALF = np.float32(0.5)
-ONE = np.float32(1.0)
-TWO = np.float32(2.0)
-FOUR = np.float32(4.0)
-QUARTER = np.float32(0.25)
-HARDNESS = np.float32(38.0)
-NPNPDIST = np.float32(5.5)
-NPPDIST = np.float32(1.0)
-CNSTNT = np.float32(45.0)
-FLOAT_MAX = np.float32(3.4028235e38)
+# The reference's constants. Kernels compute in float32 because their inputs are float32; a kernel writes
+# np.float32(0.0) where a float32 zero starts an accumulation, so no literal widens its arithmetic.
+HARDNESS = 38.0
+NPNPDIST = 5.5
+NPPDIST = 1.0
+CNSTNT = 45.0
+FLOAT_MAX = 3.4028235e38  # FLT_MAX
 
 
 @pad.func
@@ -85,28 +81,28 @@ def pair_table(k, ff_hbtype, ff_params, table):
     p_hphb = ff_params[pt, 1]
     radij = ff_params[pt, 0] + ff_params[lt, 0]
     both_f = p_hb == HBTYPE_F and l_hb == HBTYPE_F
-    elcdst = FOUR if both_f else TWO
-    elcdst1 = QUARTER if both_f else HALF
+    elcdst = 4.0 if both_f else 2.0
+    elcdst1 = 0.25 if both_f else 0.5
     # Charge: l.elsc * p.elsc, always attractive when either atom is of hbtype 'E'.
     chrg = ff_params[lt, 2] * ff_params[pt, 2]
     if p_hb == HBTYPE_E or l_hb == HBTYPE_E:
         chrg = -abs(chrg)
     chrg = chrg * CNSTNT
     # Desolvation: nonpolar-polar repulsion; the polar partner's hydrophobicity flips sign.
-    if p_hphb < ZERO:
-        distdslv = NPNPDIST if l_hphb < ZERO else NPPDIST
+    if p_hphb < 0.0:
+        distdslv = NPNPDIST if l_hphb < 0.0 else NPPDIST
     else:
-        distdslv = NPPDIST if l_hphb < ZERO else -FLOAT_MAX
-    p_term = -p_hphb if (p_hphb < ZERO and l_hphb > ZERO) else p_hphb
-    l_term = -l_hphb if (p_hphb > ZERO and l_hphb < ZERO) else l_hphb
-    dslv = ZERO
-    if p_hphb != ZERO and distdslv > ZERO:
+        distdslv = NPPDIST if l_hphb < 0.0 else -FLOAT_MAX
+    p_term = -p_hphb if (p_hphb < 0.0 and l_hphb > 0.0) else p_hphb
+    l_term = -l_hphb if (p_hphb > 0.0 and l_hphb < 0.0) else l_hphb
+    dslv = np.float32(0.0)
+    if p_hphb != 0.0 and distdslv > 0.0:
         dslv = p_term + l_term
     table[lt, pt, 0] = radij
     table[lt, pt, 1] = elcdst
     table[lt, pt, 2] = distdslv
     table[lt, pt, 3] = chrg + dslv
-    table[lt, pt, 4] = -TWO * HARDNESS / radij
+    table[lt, pt, 4] = -2.0 * HARDNESS / radij
     table[lt, pt, 5] = chrg
     table[lt, pt, 6] = -chrg * elcdst1
     table[lt, pt, 7] = dslv
@@ -119,6 +115,7 @@ def fasten(g, ppwi, protein_xyz, protein_type, ligand_xyz, ligand_type, table, p
     nposes = poses.shape[1]
     start = g * ppwi
     nb = min(ppwi, nposes - start)
+    zero = np.float32(0.0)
     tr = pad.local_array((12, PPWI_MAX), np.float32)
     etot = pad.local_array(PPWI_MAX, np.float32)
     lpx = pad.local_array(PPWI_MAX, np.float32)
@@ -139,7 +136,7 @@ def fasten(g, ppwi, protein_xyz, protein_type, ligand_xyz, ligand_type, table, p
         tr[9, j] = r21
         tr[10, j] = r22
         tr[11, j] = poses[5, ix]
-        etot[j] = ZERO
+        etot[j] = zero
     for il in range(ligand_xyz.shape[0]):
         lt = ligand_type[il]
         ax = ligand_xyz[il, 0]
@@ -168,18 +165,18 @@ def fasten(g, ppwi, protein_xyz, protein_type, ligand_xyz, ligand_type, table, p
                 y = lpy[j] - py
                 z = lpz[j] - pz
                 distbb = math.sqrt(x * x + y * y + z * z) - radij
-                e_chrg = chrg + chrg_d * distbb if distbb < elcdst else ZERO
-                e_dslv = dslv + dslv_f * distbb if distbb < distdslv else ZERO
-                etot[j] += zone_a + zone_b * distbb if distbb < ZERO else e_chrg + e_dslv
+                e_chrg = chrg + chrg_d * distbb if distbb < elcdst else zero
+                e_dslv = dslv + dslv_f * distbb if distbb < distdslv else zero
+                etot[j] += zone_a + zone_b * distbb if distbb < zero else e_chrg + e_dslv
     for j in range(nb):
-        energies[start + j] = etot[j] * HALF
+        energies[start + j] = etot[j] * np.float32(0.5)
 
 
 @pad.kernel(fastmath=True)
 def fasten_single(i, protein_xyz, protein_type, ligand_xyz, ligand_type, table, poses, energies):
     """Energy of pose ``i`` alone: one pose per launch index, for GPUs (no local arrays, all in registers)."""
     r00, r01, r02, r10, r11, r12, r20, r21, r22 = rotation(poses[0, i], poses[1, i], poses[2, i])
-    etot = ZERO
+    etot = np.float32(0.0)
     for il in range(ligand_xyz.shape[0]):
         lt = ligand_type[il]
         ax = ligand_xyz[il, 0]
@@ -194,11 +191,11 @@ def fasten_single(i, protein_xyz, protein_type, ligand_xyz, ligand_type, table, 
             y = lpy - protein_xyz[ip, 1]
             z = lpz - protein_xyz[ip, 2]
             distbb = math.sqrt(x * x + y * y + z * z) - table[lt, pt, 0]
-            if distbb < ZERO:
+            if distbb < 0.0:
                 etot += table[lt, pt, 3] + table[lt, pt, 4] * distbb
             else:
                 if distbb < table[lt, pt, 1]:
                     etot += table[lt, pt, 5] + table[lt, pt, 6] * distbb
                 if distbb < table[lt, pt, 2]:
                     etot += table[lt, pt, 7] + table[lt, pt, 8] * distbb
-    energies[i] = etot * HALF
+    energies[i] = etot * np.float32(0.5)
