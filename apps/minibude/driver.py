@@ -16,7 +16,7 @@ import numpy as np
 
 import pad
 from apps.minibude.deck import Deck, InputError
-from apps.minibude.kernels import NCOEF, PPWI_MAX, fasten, fasten_single, pair_table
+from apps.minibude.kernels import NCOEF, fasten, pair_coefficients
 
 __all__ = ["WRT", "Docking", "verify"]
 
@@ -48,8 +48,8 @@ class Docking:
     """
 
     def __init__(self, deck: Deck, ppwi: int = 64, device: str = "cpu", comm: Any = None) -> None:
-        if not 1 <= ppwi <= PPWI_MAX:
-            raise InputError(f"--ppwi: {ppwi} is outside 1..{PPWI_MAX}")
+        if ppwi < 1:
+            raise InputError(f"--ppwi: {ppwi} must be at least 1")
         self.deck, self.ppwi, self.device, self.comm = deck, ppwi, device, comm
         self.rank = comm.Get_rank() if comm is not None else 0
         self.size = comm.Get_size() if comm is not None else 1
@@ -57,36 +57,34 @@ class Docking:
             raise InputError(f"mpiexec -n {self.size}: more MPI ranks than poses ({deck.nposes})")
         self.lo, self.hi = _share(deck.nposes, self.rank, self.size)
         xp = self.xp = _array_module(device)
-        self.protein_xyz = xp.asarray(deck.protein_xyz)
+        self.protein_xyz = xp.asarray(np.ascontiguousarray(deck.protein_xyz.T))  # (3, natpro)
         self.protein_type = xp.asarray(deck.protein_type)
         self.ligand_xyz = xp.asarray(deck.ligand_xyz)
         self.ligand_type = xp.asarray(deck.ligand_type)
         self.ff_hbtype = xp.asarray(deck.ff_hbtype)
         self.ff_params = xp.asarray(deck.ff_params)
         self.poses = xp.asarray(np.ascontiguousarray(deck.poses[:, self.lo : self.hi]))
-        self.table = xp.zeros((deck.ntypes, deck.ntypes, NCOEF), np.float32)
+        self.coef = xp.zeros((deck.ntypes, NCOEF, deck.natpro), np.float32)
         self.energies = xp.zeros(self.hi - self.lo, np.float32)
-        self.update_table()
+        self.update_coefficients()
 
     # -- launches ---------------------------------------------------------------------------------------
     @property
     def nlocal(self) -> int:
         return self.hi - self.lo
 
-    def update_table(self) -> None:
-        """Recompute the type-pair coefficients (after the forcefield changed)."""
-        _table(self.ff_hbtype, self.ff_params, self.table)
+    def update_coefficients(self) -> None:
+        """Recompute the pair coefficients (after the forcefield changed)."""
+        _coefficients(self.ff_hbtype, self.ff_params, self.protein_type, self.coef)
 
-    def _fasten(self, protein_xyz: Any, table: Any, poses: Any, energies: Any) -> None:
-        args = (protein_xyz, self.protein_type, self.ligand_xyz, self.ligand_type, table, poses, energies)
-        if self.ppwi == 1:
-            pad.launch(fasten_single, poses.shape[1], *args)
-        else:
-            pad.launch(fasten, (poses.shape[1] + self.ppwi - 1) // self.ppwi, self.ppwi, *args)
+    def _fasten(self, protein_xyz: Any, coef: Any, poses: Any, energies: Any) -> None:
+        blocks = (poses.shape[1] + self.ppwi - 1) // self.ppwi
+        args = (protein_xyz, self.ligand_xyz, self.ligand_type, coef, poses, energies)
+        pad.launch(fasten, blocks, self.ppwi, *args)
 
     def score(self) -> Any:
         """This rank's pose energies (on the device)."""
-        self._fasten(self.protein_xyz, self.table, self.poses, self.energies)
+        self._fasten(self.protein_xyz, self.coef, self.poses, self.energies)
         return self.energies
 
     def sync(self) -> None:
@@ -98,8 +96,8 @@ class Docking:
     def gradient(self, wrt: str) -> Any:
         """This rank's gradient of the sum of its energies (on the device), before any reduction.
 
-        ``protein``: (natpro, 3); ``poses``: (6, nlocal), each pose's own gradient since poses are
-        independent; ``forcefield``: (ntypes, 3) for radius, hphb, elsc.
+        ``protein``: (3, natpro) like ``self.protein_xyz``; ``poses``: (6, nlocal), each pose's own
+        gradient since poses are independent; ``forcefield``: (ntypes, 3) for radius, hphb, elsc.
         """
         xp = self.xp
         seed = xp.ones(self.nlocal, np.float32)
@@ -108,7 +106,7 @@ class Docking:
             pad.autodiff(
                 self._fasten,
                 pad.Dup(self.protein_xyz, grad),
-                pad.Const(self.table),
+                pad.Const(self.coef),
                 pad.Const(self.poses),
                 pad.Dup(self.energies, seed),
             )
@@ -117,22 +115,21 @@ class Docking:
             pad.autodiff(
                 self._fasten,
                 pad.Const(self.protein_xyz),
-                pad.Const(self.table),
+                pad.Const(self.coef),
                 pad.Dup(self.poses, grad),
                 pad.Dup(self.energies, seed),
             )
         elif wrt == "forcefield":
             grad = xp.zeros_like(self.ff_params)
-            table_shadow = xp.zeros_like(self.table)
 
-            def energy_of_forcefield(ff_params: Any, table: Any, energies: Any) -> None:
-                _table(self.ff_hbtype, ff_params, table)
-                self._fasten(self.protein_xyz, table, self.poses, energies)
+            def energy_of_forcefield(ff_params: Any, coef: Any, energies: Any) -> None:
+                _coefficients(self.ff_hbtype, ff_params, self.protein_type, coef)
+                self._fasten(self.protein_xyz, coef, self.poses, energies)
 
             pad.autodiff(
                 energy_of_forcefield,
                 pad.Dup(self.ff_params, grad),
-                pad.Dup(self.table, table_shadow),
+                pad.Dup(self.coef, xp.zeros_like(self.coef)),
                 pad.Dup(self.energies, seed),
             )
         else:
@@ -147,6 +144,8 @@ class Docking:
     def reduced_gradient(self, wrt: str, grad: Any) -> np.ndarray | None:
         """The full gradient on rank 0 in API.md's layout: (natpro, 3), (nposes, 6) or (ntypes, 3)."""
         host = _host(grad)
+        if wrt == "protein":
+            host = np.ascontiguousarray(host.T)
         if wrt == "poses":
             rows = self._gather(np.ascontiguousarray(host.T).ravel())
             return None if rows is None else rows.reshape(-1, 6)
@@ -200,11 +199,11 @@ class Docking:
             for shift in (h, -h):
                 target[idx] = original + shift
                 if wrt == "forcefield":
-                    self.update_table()
+                    self.update_coefficients()
                 sums.append(float(_host(self.score()).astype(np.float64).sum()))
             target[idx] = original
             if wrt == "forcefield":
-                self.update_table()
+                self.update_coefficients()
             fd = (sums[0] - sums[1]) / (2 * h)
             scale = max(abs(fd), float(np.abs(host).max()) * 1e-3, 1e-6)
             worst = max(worst, abs(fd - float(host[idx])) / scale)
@@ -212,8 +211,8 @@ class Docking:
         return {"fd_components": len(chosen), "fd_max_rel_err": worst}
 
 
-def _table(ff_hbtype: Any, ff_params: Any, table: Any) -> None:
-    pad.launch(pair_table, table.shape[0] * table.shape[1], ff_hbtype, ff_params, table)
+def _coefficients(ff_hbtype: Any, ff_params: Any, protein_type: Any, coef: Any) -> None:
+    pad.launch(pair_coefficients, coef.shape[0] * coef.shape[2], ff_hbtype, ff_params, protein_type, coef)
 
 
 def _host(a: Any) -> np.ndarray:

@@ -15,7 +15,7 @@ import pad
 from apps.minibude.__main__ import main
 from apps.minibude.deck import InputError, read_deck, synthetic_deck, write_deck
 from apps.minibude.driver import Docking, verify
-from apps.minibude.kernels import NCOEF, fasten, pair_table
+from apps.minibude.kernels import NCOEF, fasten, pair_coefficients
 from tests.apps.minibude_support import real_deck, reference_energies, small_deck
 
 REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -125,38 +125,47 @@ def test_threads_agree():
 # ------------------------------------------------------------------------------------------------ gradients
 def _objectives(deck, ppwi):
     """The three differentiated functions and their annotated arguments, as pad.check_grad takes them."""
-    table = np.zeros((deck.ntypes, deck.ntypes, NCOEF), np.float32)
-    pad.launch(pair_table, deck.ntypes**2, deck.ff_hbtype, deck.ff_params, table)
+    coef = np.zeros((deck.ntypes, NCOEF, deck.natpro), np.float32)
+    protein_xyz = np.ascontiguousarray(deck.protein_xyz.T)
     nblocks = (deck.nposes + ppwi - 1) // ppwi
 
-    def energies_of(protein_xyz, table, poses, energies):
-        args = (protein_xyz, deck.protein_type, deck.ligand_xyz, deck.ligand_type, table, poses, energies)
-        pad.launch(fasten, nblocks, ppwi, *args)
+    def coefficients(ff_params, coef):
+        pad.launch(
+            pair_coefficients,
+            coef.shape[0] * coef.shape[2],
+            deck.ff_hbtype,
+            ff_params,
+            deck.protein_type,
+            coef,
+        )
 
-    def energies_of_forcefield(ff_params, table, energies):
-        pad.launch(pair_table, deck.ntypes**2, deck.ff_hbtype, ff_params, table)
-        energies_of(deck.protein_xyz, table, deck.poses, energies)
+    def energies_of(protein_xyz, coef, poses, energies):
+        pad.launch(
+            fasten, nblocks, ppwi, protein_xyz, deck.ligand_xyz, deck.ligand_type, coef, poses, energies
+        )
 
-    def out():
-        return np.zeros(deck.nposes, np.float32)
+    def energies_of_forcefield(ff_params, coef, energies):
+        coefficients(ff_params, coef)
+        energies_of(protein_xyz, coef, deck.poses, energies)
 
+    coefficients(deck.ff_params, coef)
     return {
         "protein": (
             energies_of,
-            (pad.Dup(deck.protein_xyz.copy(), np.zeros_like(deck.protein_xyz)), pad.Const(table), deck.poses),
+            (pad.Dup(protein_xyz.copy(), np.zeros_like(protein_xyz)), pad.Const(coef), deck.poses),
         ),
         "poses": (
             energies_of,
-            (deck.protein_xyz, pad.Const(table), pad.Dup(deck.poses.copy(), np.zeros_like(deck.poses))),
+            (protein_xyz, pad.Const(coef), pad.Dup(deck.poses.copy(), np.zeros_like(deck.poses))),
         ),
         "forcefield": (
             energies_of_forcefield,
             (
                 pad.Dup(deck.ff_params.copy(), np.zeros_like(deck.ff_params)),
-                pad.Dup(table, np.zeros_like(table)),
+                pad.Dup(coef, np.zeros_like(coef)),
             ),
         ),
-    }, out
+    }
 
 
 GRAD_RTOL = 2e-2  # float32 energies: finite differences with pad's float32 step cross the energy's kinks
@@ -166,9 +175,8 @@ GRAD_RTOL = 2e-2  # float32 energies: finite differences with pad's float32 step
 @pytest.mark.parametrize("which", ["synthetic", "bm1"])
 def test_gradients_pass_check_grad(wrt, which):
     deck = small_deck(nposes=16, smooth=True) if which == "synthetic" else real_deck("bm1").first(16)
-    objectives, out = _objectives(deck, ppwi=8)
-    f, args = objectives[wrt]
-    energies = out()
+    f, args = _objectives(deck, ppwi=8)[wrt]
+    energies = np.zeros(deck.nposes, np.float32)
     pad.check_grad(f, *args, pad.Dup(energies, np.zeros_like(energies)), rtol=GRAD_RTOL, atol=1e-3)
 
 
@@ -200,10 +208,9 @@ deck = small_deck(nposes=5)
 cpu = Docking(deck, ppwi=2)
 expected = cpu.score().copy()
 energies = cuda.to_device(np.zeros(deck.nposes, np.float32))
-args = [cuda.to_device(a) for a in (deck.protein_xyz, deck.protein_type, deck.ligand_xyz, deck.ligand_type,
-                                   cpu.table, deck.poses)]
+args = [cuda.to_device(a) for a in (cpu.protein_xyz, deck.ligand_xyz, deck.ligand_type, cpu.coef, deck.poses)]
 try:
-    pad.launch(fasten, 3, 2, *args, energies)
+    pad.launch(fasten, deck.nposes, 1, *args, energies)
 except (TypeError, NotImplementedError, ValueError) as exc:
     print("pad has no CUDA target yet:", exc)
     sys.exit(77)
@@ -262,7 +269,7 @@ def test_cli_optimize_lowers_energies(capsys):
         (["--poses", "0"], "--poses"),
         (["--poses", "100000"], "--poses"),
         (["--deck", "/nonexistent/deck"], "/nonexistent/deck"),
-        (["--ppwi", "500"], "--ppwi"),
+        (["--ppwi", "0"], "--ppwi"),
         (["--mode", "fast"], "--mode"),
         (["--output", "/nonexistent/dir/e.txt"], "--output"),
         (["--check"], "--check"),
