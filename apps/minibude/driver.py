@@ -183,7 +183,7 @@ class Docking:
     def finite_difference_check(self, wrt: str, grad: Any, count: int = 4) -> dict[str, float]:
         """Compare ``count`` components of this rank's gradient with central differences of its energy sum.
 
-        Energies are float32, so the step is large (1e-2) and agreement is expected to about 1 %.
+        Energies are float32, so the step is relatively large (1e-3 relative) and agreement is about 1 %.
         """
         host = _host(grad)
         target = {"protein": self.protein_xyz, "poses": self.poses, "forcefield": self.ff_params}[wrt]
@@ -194,7 +194,7 @@ class Docking:
         for flat in chosen:
             idx = np.unravel_index(int(flat), host.shape)
             original = float(target[idx])
-            h = 1e-2 * max(1.0, abs(original))
+            h = 1e-3 * max(1.0, abs(original))
             sums = []
             for shift in (h, -h):
                 target[idx] = original + shift
