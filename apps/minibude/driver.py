@@ -195,16 +195,17 @@ class Docking:
             idx = np.unravel_index(int(flat), host.shape)
             original = float(target[idx])
             h = 1e-3 * max(1.0, abs(original))
-            sums = []
+            sums, points = [], []
             for shift in (h, -h):
                 target[idx] = original + shift
+                points.append(float(target[idx]))  # the float32 value actually used
                 if wrt == "forcefield":
                     self.update_coefficients()
                 sums.append(float(_host(self.score()).astype(np.float64).sum()))
             target[idx] = original
             if wrt == "forcefield":
                 self.update_coefficients()
-            fd = (sums[0] - sums[1]) / (2 * h)
+            fd = (sums[0] - sums[1]) / (points[0] - points[1])
             scale = max(abs(fd), float(np.abs(host).max()) * 1e-3, 1e-6)
             worst = max(worst, abs(fd - float(host[idx])) / scale)
         self.score()
