@@ -187,6 +187,27 @@ def test_driver_gradient_matches_finite_differences(wrt):
     assert checked["fd_max_rel_err"] < 2e-2, checked
 
 
+@pytest.mark.parametrize("wrt", ["protein", "poses", "forcefield"])
+def test_gradients_match_float64_reference_formula(wrt):
+    """pad's float32 gradients against float64 central differences of the reference's own formula."""
+    deck = small_deck(nposes=12, smooth=True)
+    dock = Docking(deck, ppwi=4)
+    got = dock.reduced_gradient(wrt, dock.gradient(wrt))
+    field = {"protein": "protein_xyz", "poses": "poses", "forcefield": "ff_params"}[wrt]
+    base = getattr(deck, field).astype(np.float64)
+    rng = np.random.default_rng(5)
+    for flat in rng.choice(base.size, 8, replace=False):
+        idx = np.unravel_index(flat, base.shape)
+        sums = []
+        for h in (1e-6, -1e-6):
+            moved = base.copy()
+            moved[idx] += h
+            sums.append(reference_energies(dataclasses.replace(deck, **{field: moved})).sum())
+        fd = (sums[0] - sums[1]) / 2e-6
+        mine = got[idx[::-1]] if wrt == "poses" else got[idx]
+        assert abs(mine - fd) <= 2e-3 * max(1.0, abs(fd)), (wrt, idx, mine, fd)
+
+
 def test_pose_gradient_is_per_pose():
     """d(energy k)/d(pose k) from one reverse pass equals the gradient of pose k's energy alone."""
     deck = small_deck(nposes=9)
