@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 import numpy as np
@@ -25,14 +26,19 @@ def real_deck(name: str = "bm1") -> Deck:
 def small_deck(nposes: int = 37, smooth: bool = False) -> Deck:
     """A small synthetic deck (pose count not a multiple of common ppwi values).
 
-    ``smooth`` replaces zero hydrophobicities (where the energy jumps as hphb leaves zero) by nonzero
-    values, for finite-difference checks with respect to the forcefield.
+    ``smooth`` replaces zero hydrophobicities (where the energy jumps as hphb leaves zero) and zero charges
+    (a kink of -|chrg| for 'E' atoms) by nonzero values, for finite differences in the forcefield.
     """
     deck = synthetic_deck(nposes=nposes, natpro=60, natlig=7, ntypes=12, seed=3)
-    if smooth:
-        hphb = deck.ff_params[:, 1]
-        hphb[hphb == 0.0] = 0.3
-    return deck
+    return smoothed(deck) if smooth else deck
+
+
+def smoothed(deck: Deck) -> Deck:
+    """``deck`` with zero hydrophobicities and charges made nonzero (see :func:`small_deck`)."""
+    params = deck.ff_params.copy()
+    for column, value in ((1, 0.3), (2, 0.2)):
+        params[params[:, column] == 0.0, column] = value
+    return dataclasses.replace(deck, ff_params=params)
 
 
 def reference_energies(deck: Deck) -> np.ndarray:

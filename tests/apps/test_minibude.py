@@ -16,7 +16,7 @@ from apps.minibude.__main__ import main
 from apps.minibude.deck import InputError, read_deck, synthetic_deck, write_deck
 from apps.minibude.driver import Docking, verify
 from apps.minibude.kernels import NCOEF, fasten, pair_coefficients
-from tests.apps.minibude_support import real_deck, reference_energies, small_deck
+from tests.apps.minibude_support import real_deck, reference_energies, small_deck, smoothed
 
 REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
@@ -123,61 +123,60 @@ def test_threads_agree():
 
 
 # ------------------------------------------------------------------------------------------------ gradients
-def _objectives(deck, ppwi):
-    """The three differentiated functions and their annotated arguments, as pad.check_grad takes them."""
-    coef = np.zeros((deck.ntypes, NCOEF, deck.natpro), np.float32)
+@pad.kernel
+def shifted(k, base, scale, offset, out):
+    """out = base + scale * offset, elementwise over 2-D arrays."""
+    r = k // base.shape[1]
+    c = k % base.shape[1]
+    out[r, c] = base[r, c] + scale * offset[r, c]
+
+
+OFFSET_SCALE = {"protein": 1.0, "poses": 0.1, "forcefield": 0.1}
+
+
+def _objective(deck, wrt, ppwi=4):
+    """The energies as a function of an offset added to the protein, the poses or the forcefield.
+
+    pad.check_grad steps by cbrt(eps) times the inputs' magnitude; differentiating with respect to an offset
+    that starts at zero keeps that step small (5e-3 in float32, and a tenth of it for poses and forcefield,
+    which move many atom pairs at once), so finite differences straddle few of the energy's kinks.
+    """
     protein_xyz = np.ascontiguousarray(deck.protein_xyz.T)
+    base = {"protein": protein_xyz, "poses": deck.poses, "forcefield": deck.ff_params}[wrt]
     nblocks = (deck.nposes + ppwi - 1) // ppwi
 
-    def coefficients(ff_params, coef):
+    def energies_of(offset, energies):
+        moved = np.empty_like(base)
+        pad.launch(shifted, base.size, base, OFFSET_SCALE[wrt], offset, moved)
+        protein, poses, ff_params = protein_xyz, deck.poses, deck.ff_params
+        if wrt == "protein":
+            protein = moved
+        elif wrt == "poses":
+            poses = moved
+        else:
+            ff_params = moved
+        coef = np.empty((deck.ntypes, NCOEF, deck.natpro), np.float32)
         pad.launch(
-            pair_coefficients,
-            coef.shape[0] * coef.shape[2],
-            deck.ff_hbtype,
-            ff_params,
-            deck.protein_type,
-            coef,
+            pair_coefficients, deck.ntypes * deck.natpro, deck.ff_hbtype, ff_params, deck.protein_type, coef
         )
+        pad.launch(fasten, nblocks, ppwi, protein, deck.ligand_xyz, deck.ligand_type, coef, poses, energies)
 
-    def energies_of(protein_xyz, coef, poses, energies):
-        pad.launch(
-            fasten, nblocks, ppwi, protein_xyz, deck.ligand_xyz, deck.ligand_type, coef, poses, energies
-        )
-
-    def energies_of_forcefield(ff_params, coef, energies):
-        coefficients(ff_params, coef)
-        energies_of(protein_xyz, coef, deck.poses, energies)
-
-    coefficients(deck.ff_params, coef)
-    return {
-        "protein": (
-            energies_of,
-            (pad.Dup(protein_xyz.copy(), np.zeros_like(protein_xyz)), pad.Const(coef), deck.poses),
-        ),
-        "poses": (
-            energies_of,
-            (protein_xyz, pad.Const(coef), pad.Dup(deck.poses.copy(), np.zeros_like(deck.poses))),
-        ),
-        "forcefield": (
-            energies_of_forcefield,
-            (
-                pad.Dup(deck.ff_params.copy(), np.zeros_like(deck.ff_params)),
-                pad.Dup(coef, np.zeros_like(coef)),
-            ),
-        ),
-    }
-
-
-GRAD_RTOL = 2e-2  # float32 energies: finite differences with pad's float32 step cross the energy's kinks
+    return energies_of, np.zeros_like(base)
 
 
 @pytest.mark.parametrize("wrt", ["protein", "poses", "forcefield"])
 @pytest.mark.parametrize("which", ["synthetic", "bm1"])
 def test_gradients_pass_check_grad(wrt, which):
-    deck = small_deck(nposes=16, smooth=True) if which == "synthetic" else real_deck("bm1").first(16)
-    f, args = _objectives(deck, ppwi=8)[wrt]
+    deck = small_deck(nposes=12, smooth=True) if which == "synthetic" else smoothed(real_deck("bm1").first(8))
+    f, offset = _objective(deck, wrt)
     energies = np.zeros(deck.nposes, np.float32)
-    pad.check_grad(f, *args, pad.Dup(energies, np.zeros_like(energies)), rtol=GRAD_RTOL, atol=1e-3)
+    pad.check_grad(
+        f,
+        pad.Dup(offset, np.zeros_like(offset)),
+        pad.Dup(energies, np.zeros_like(energies)),
+        rtol=1e-2,
+        atol=1e-2,
+    )
 
 
 @pytest.mark.parametrize("wrt", ["protein", "poses", "forcefield"])
