@@ -138,8 +138,8 @@ class Docking:
 
     # -- results over ranks -----------------------------------------------------------------------------
     def gather_energies(self) -> np.ndarray | None:
-        """All energies on rank 0 (``None`` elsewhere), as float32 host arrays."""
-        return self._gather(_host(self.energies))
+        """A copy of all energies on rank 0 (``None`` elsewhere), as a float32 host array."""
+        return self._gather(_host(self.energies).copy())
 
     def reduced_gradient(self, wrt: str, grad: Any) -> np.ndarray | None:
         """The full gradient on rank 0 in API.md's layout: (natpro, 3), (nposes, 6) or (ntypes, 3)."""
