@@ -80,9 +80,10 @@ class Deck:
         ref = None if self.ref_energies is None else self.ref_energies[:n].copy()
         return replace(self, poses=np.ascontiguousarray(self.poses[:, :n]), ref_energies=ref)
 
-    def validate(self) -> None:
+    def validate(self, directory: str = "") -> None:
         """Check types index the forcefield; raise :class:`InputError` naming the offending file."""
-        for what, types in (("protein.in", self.protein_type), ("ligand.in", self.ligand_type)):
+        for name, types in (("protein.in", self.protein_type), ("ligand.in", self.ligand_type)):
+            what = os.path.join(directory, name)
             if types.size and (types.min() < 0 or types.max() >= self.ntypes):
                 bad = int(types[(types < 0) | (types >= self.ntypes)][0])
                 raise InputError(
@@ -137,7 +138,7 @@ def read_deck(directory: str) -> Deck:
         ref_energies=ref,
         name=os.path.basename(os.path.normpath(directory)),
     )
-    deck.validate()
+    deck.validate(directory)
     return deck
 
 
