@@ -77,14 +77,14 @@ class Docking:
         """Recompute the pair coefficients (after the forcefield changed)."""
         _coefficients(self.ff_hbtype, self.ff_params, self.protein_type, self.coef)
 
-    def _fasten(self, protein_xyz: Any, coef: Any, poses: Any, energies: Any) -> None:
+    def _fasten(self, protein_xyz: Any, ligand_xyz: Any, coef: Any, poses: Any, energies: Any) -> None:
         blocks = (poses.shape[1] + self.ppwi - 1) // self.ppwi
-        args = (protein_xyz, self.ligand_xyz, self.ligand_type, coef, poses, energies)
+        args = (protein_xyz, ligand_xyz, self.ligand_type, coef, poses, energies)
         pad.launch(fasten, blocks, self.ppwi, *args)
 
     def score(self) -> Any:
         """This rank's pose energies (on the device)."""
-        self._fasten(self.protein_xyz, self.coef, self.poses, self.energies)
+        self._fasten(self.protein_xyz, self.ligand_xyz, self.coef, self.poses, self.energies)
         return self.energies
 
     def sync(self) -> None:
@@ -98,42 +98,36 @@ class Docking:
 
         ``protein``: (3, natpro) like ``self.protein_xyz``; ``poses``: (6, nlocal), each pose's own
         gradient since poses are independent; ``forcefield``: (ntypes, 3) for radius, hphb, elsc.
+        Every float array is passed to ``pad.autodiff`` (as ``Const`` unless differentiated): an array a
+        differentiated function reaches any other way would count as active and cost adjoint work.
         """
+        if wrt not in WRT:
+            raise InputError(f"--wrt: {wrt!r} is not one of {', '.join(WRT)}")
         xp = self.xp
-        seed = xp.ones(self.nlocal, np.float32)
-        if wrt == "protein":
-            grad = xp.zeros_like(self.protein_xyz)
-            pad.autodiff(
-                self._fasten,
-                pad.Dup(self.protein_xyz, grad),
-                pad.Const(self.coef),
-                pad.Const(self.poses),
-                pad.Dup(self.energies, seed),
-            )
-        elif wrt == "poses":
-            grad = xp.zeros_like(self.poses)
-            pad.autodiff(
-                self._fasten,
-                pad.Const(self.protein_xyz),
-                pad.Const(self.coef),
-                pad.Dup(self.poses, grad),
-                pad.Dup(self.energies, seed),
-            )
-        elif wrt == "forcefield":
-            grad = xp.zeros_like(self.ff_params)
+        grad = xp.zeros_like(
+            {"protein": self.protein_xyz, "poses": self.poses, "forcefield": self.ff_params}[wrt]
+        )
+        seed = pad.Dup(self.energies, xp.ones(self.nlocal, np.float32))
 
-            def energy_of_forcefield(ff_params: Any, coef: Any, energies: Any) -> None:
+        def active(name: str, value: Any) -> Any:
+            return pad.Dup(value, grad) if name == wrt else pad.Const(value)
+
+        ligand = pad.Const(self.ligand_xyz)
+        if wrt == "forcefield":
+
+            def energy_of_forcefield(ff_params: Any, coef: Any, *rest: Any) -> None:
                 _coefficients(self.ff_hbtype, ff_params, self.protein_type, coef)
-                self._fasten(self.protein_xyz, coef, self.poses, energies)
+                protein_xyz, ligand_xyz, poses, energies = rest
+                self._fasten(protein_xyz, ligand_xyz, coef, poses, energies)
 
+            coef = pad.Dup(self.coef, xp.zeros_like(self.coef))
+            protein, poses = pad.Const(self.protein_xyz), pad.Const(self.poses)
             pad.autodiff(
-                energy_of_forcefield,
-                pad.Dup(self.ff_params, grad),
-                pad.Dup(self.coef, xp.zeros_like(self.coef)),
-                pad.Dup(self.energies, seed),
+                energy_of_forcefield, active("forcefield", self.ff_params), coef, protein, ligand, poses, seed
             )
         else:
-            raise InputError(f"--wrt: {wrt!r} is not one of {', '.join(WRT)}")
+            protein, poses = active("protein", self.protein_xyz), active("poses", self.poses)
+            pad.autodiff(self._fasten, protein, ligand, pad.Const(self.coef), poses, seed)
         return grad
 
     # -- results over ranks -----------------------------------------------------------------------------
