@@ -1,0 +1,1 @@
+"""Mini-apps built on pad."""

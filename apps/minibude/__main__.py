@@ -1,0 +1,291 @@
+"""``python -m apps.minibude``: score docking poses with the fasten energy, and differentiate it.
+
+Runs alone or under ``mpiexec -n N`` (poses split over ranks). With no arguments it scores a built-in
+synthetic deck; ``--deck DIR`` reads a real one (and verifies against its ``ref_energies.out``).
+Bad input prints one line naming the file or flag and exits with status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any, NoReturn
+
+import numpy as np
+
+from apps.minibude.deck import Deck, InputError, read_deck, synthetic_deck
+from apps.minibude.driver import WRT, Docking, verify
+
+EXIT_BAD_INPUT = 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise InputError(message)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _nonnegative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} must not be negative")
+    return value
+
+
+def _check_writable(flag: str, path: str | None) -> None:
+    """Fail before any work if ``path`` cannot be written (so no results are lost at the end)."""
+    if path is None:
+        return
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise InputError(f"{flag}: directory {parent} does not exist")
+    if os.path.isdir(path) or not os.access(parent, os.W_OK):
+        raise InputError(f"{flag}: cannot write {path}")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = _Parser(prog="python -m apps.minibude", description=__doc__.split("\n")[0])
+    p.add_argument("--deck", metavar="DIR", help="deck directory (default: built-in synthetic deck)")
+    p.add_argument("--poses", type=_positive, metavar="N", help="use the first N poses of the deck")
+    p.add_argument("--iterations", type=_positive, default=8, help="timed iterations (default 8)")
+    p.add_argument("--ppwi", type=_positive, help="poses per work item (default 64 on cpu, 1 on gpu)")
+    p.add_argument("--threads", type=_positive, help="CPU threads per rank (default: all cores)")
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument("--mode", choices=("primal", "grad"), default="primal")
+    p.add_argument("--wrt", choices=WRT, default="protein", help="what grad mode differentiates")
+    p.add_argument("--json", metavar="PATH", help="write the machine-readable results here")
+    p.add_argument("--output", metavar="PATH", help="write the pose energies here, one per line")
+    p.add_argument("--grad-output", metavar="PATH", help="write the gradient here (.npy)")
+    p.add_argument("--check", action="store_true", help="compare gradient entries with finite differences")
+    p.add_argument(
+        "--optimize", type=_nonnegative, default=0, metavar="K", help="K descent steps on the poses"
+    )
+    args = p.parse_args(argv)
+    for flag in ("json", "output", "grad_output"):
+        _check_writable("--" + flag.replace("_", "-"), getattr(args, flag))
+    if args.grad_output and args.mode != "grad":
+        raise InputError("--grad-output: needs --mode grad")
+    if args.check and args.mode != "grad":
+        raise InputError("--check: needs --mode grad")
+    return args
+
+
+def _comm() -> Any:
+    """COMM_WORLD when started by mpiexec/srun with more than one rank, else ``None``."""
+    size_vars = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
+    if not any(os.environ.get(v, "1") not in ("", "1") for v in size_vars):
+        return None
+    from mpi4py import MPI
+
+    return MPI.COMM_WORLD if MPI.COMM_WORLD.Get_size() > 1 else None
+
+
+def _load(args: argparse.Namespace) -> Deck:
+    deck = read_deck(args.deck) if args.deck else synthetic_deck(nposes=8192)
+    return deck.first(args.poses) if args.poses else deck
+
+
+def _set_threads(threads: int | None, comm: Any) -> int:
+    """Set numba's thread count; by default the cores divided among this node's ranks."""
+    import numba
+
+    available = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
+    if threads is None:
+        local = 1
+        if comm is not None:
+            from mpi4py import MPI
+
+            local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
+        threads = max(1, available // local)
+    if threads > available:
+        raise InputError(f"--threads: {threads} is more than the {available} available")
+    numba.set_num_threads(threads)
+    return threads
+
+
+def _progress(total: int, enabled: bool, label: str) -> Any:
+    """A tqdm progress bar on a terminal (a no-op without tqdm or off rank 0)."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        enabled = False
+    if not enabled:
+        return _NoBar()
+    return tqdm(total=total, desc=label, unit="it", disable=None, leave=False)
+
+
+class _NoBar:
+    def update(self, n: int = 1) -> None:
+        """Nothing to show."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Run the requested work; rank 0 returns the results, other ranks an empty dict."""
+    comm = _comm()
+    deck = _load(args)
+    threads = _set_threads(args.threads, comm) if args.device == "cpu" else 1
+    ppwi = args.ppwi or (64 if args.device == "cpu" else 1)
+    dock = Docking(deck, ppwi=ppwi, device=args.device, comm=comm)
+    root = dock.rank == 0
+    steps = args.iterations * (2 if args.mode == "grad" else 1)
+    bar = _progress(steps, root, f"minibude {args.mode}")
+    try:
+        t_primal = dock.timed(dock.score, args.iterations, bar.update)
+        energies = dock.gather_energies()
+        t_grad = grad = None
+        checks: dict[str, Any] = {}
+        if args.mode == "grad":
+            t_grad = dock.timed(lambda: dock.gradient(args.wrt), args.iterations, bar.update)
+            local_grad = dock.gradient(args.wrt)
+            grad = dock.reduced_gradient(args.wrt, local_grad)
+            if args.check:
+                fd = dock.finite_difference_check(args.wrt, local_grad)
+                if comm is not None:
+                    from mpi4py import MPI
+
+                    fd["fd_max_rel_err"] = comm.allreduce(fd["fd_max_rel_err"], op=MPI.MAX)
+                fd["fd_tolerance"] = 2e-2
+                checks["finite_differences"] = fd
+    finally:
+        bar.close()
+    optimized = _optimize(dock, args.optimize) if args.optimize else None
+    if not root:
+        return {}
+    assert energies is not None
+    valid = bool(np.isfinite(energies).all())
+    if deck.ref_energies is not None:
+        ok, worst = verify(energies, deck.ref_energies)
+        checks["reference"] = {"max_rel_diff": worst, "tolerance": 2.5e-4, "poses": deck.nposes}
+        valid = valid and ok
+    if "finite_differences" in checks:
+        valid = valid and checks["finite_differences"]["fd_max_rel_err"] <= 2e-2
+    if args.output:
+        np.savetxt(args.output, energies, fmt="%.9g")
+    if args.grad_output and grad is not None:
+        np.save(args.grad_output, grad)
+    interactions = float(deck.nposes) * deck.natlig * deck.natpro
+    result: dict[str, Any] = {
+        "app": "minibude",
+        "mode": args.mode,
+        "ranks": dock.size,
+        "threads": threads,
+        "device": args.device,
+        "problem": {**deck.sizes(), "ppwi": ppwi},
+        "iterations": args.iterations,
+        "time_primal_s": t_primal,
+        "time_grad_s": t_grad,
+        "overhead": None if t_grad is None else t_grad / t_primal,
+        "valid": valid,
+        "checks": checks,
+        "wrt": args.wrt if args.mode == "grad" else None,
+        "ginteractions_per_s": interactions / t_primal / 1e9,
+        "energy_sum": float(energies.astype(np.float64).sum()),
+    }
+    if optimized is not None:
+        result["optimize"] = optimized
+    return result
+
+
+def _optimize(dock: Docking, steps: int) -> dict[str, Any]:
+    """Gradient descent on every pose using d(energy)/d(pose).
+
+    Each pose steps along its normalized gradient; a step is kept only where it lowers that pose's energy,
+    else that pose's step length is halved. Counts the poses whose energy dropped.
+    """
+    xp = dock.xp
+    start = dock.score().copy()
+    best = start.copy()
+    step = xp.full(dock.nlocal, 0.05, np.float32)
+    for _ in range(steps):
+        grad = dock.gradient("poses")
+        norm = xp.sqrt((grad * grad).sum(axis=0))
+        direction = grad / xp.maximum(norm, np.float32(1e-12))
+        previous = dock.poses.copy()
+        dock.poses -= step * direction
+        trial = dock.score()
+        better = trial < best
+        dock.poses[:] = xp.where(better, dock.poses, previous)
+        best = xp.where(better, trial, best)
+        step = xp.where(better, step, step * np.float32(0.5))
+    dock.score()
+    dropped = int((best < start).sum())
+    drop = float((start - best).astype(np.float64).sum())
+    if dock.comm is not None:
+        dropped = dock.comm.allreduce(dropped)
+        drop = dock.comm.allreduce(drop)
+    return {"steps": steps, "poses_improved": dropped, "total_energy_drop": drop}
+
+
+def _summary(r: dict[str, Any]) -> str:
+    prob = r["problem"]
+    lines = [
+        f"miniBUDE on pad: deck {prob['deck']}, {prob['nposes']} poses, {prob['natlig']} ligand atoms, "
+        f"{prob['natpro']} protein atoms, ppwi {prob['ppwi']}; "
+        f"{r['ranks']} rank(s) x {r['threads']} thread(s) on {r['device']}",
+        f"  energies: {r['time_primal_s'] * 1e3:.2f} ms per iteration, {r['ginteractions_per_s']:.3f} "
+        f"G-interactions/s, sum {r['energy_sum']:.6g}",
+    ]
+    if r["time_grad_s"] is not None:
+        lines.append(
+            f"  gradient wrt {r['wrt']}: {r['time_grad_s'] * 1e3:.2f} ms per iteration, "
+            f"{r['overhead']:.2f}x the energies"
+        )
+    for name, check in r["checks"].items():
+        lines.append(f"  check {name}: " + ", ".join(f"{k} {v:.3g}" for k, v in check.items()))
+    if "optimize" in r:
+        o = r["optimize"]
+        lines.append(
+            f"  optimize: {o['steps']} steps lowered the energy of {o['poses_improved']} "
+            f"of {prob['nposes']} poses "
+            f"(total drop {o['total_energy_drop']:.6g})"
+        )
+    lines.append("  valid: " + ("yes" if r["valid"] else "NO"))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    try:
+        args = parse_args(argv)
+        result = run(args)
+    except InputError as exc:
+        if _rank() == 0:
+            print(f"minibude: error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OSError as exc:
+        if _rank() == 0:
+            print(f"minibude: error: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if result:
+        print(_summary(result))
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump(result, fh, indent=2)
+                fh.write("\n")
+        return 0 if result["valid"] else 1
+    return 0
+
+
+def _rank() -> int:
+    mpi = sys.modules.get("mpi4py.MPI")
+    return int(mpi.COMM_WORLD.Get_rank()) if mpi is not None else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

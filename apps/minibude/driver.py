@@ -1,0 +1,229 @@
+"""Drivers: a deck placed on CPU threads or a GPU, its poses split over MPI ranks, energies and gradients.
+
+Each rank scores a contiguous share of the poses. Energies and pose gradients are gathered to rank 0;
+gradients with respect to data every rank shares (protein coordinates, forcefield) are the sums of the ranks'
+gradients of their own poses' energies, reduced with an allreduce. CuPy is imported only for ``device="gpu"``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+import pad
+from apps.minibude.deck import Deck, InputError
+from apps.minibude.kernels import NCOEF, fasten, pair_coefficients
+
+__all__ = ["WRT", "Docking", "verify"]
+
+WRT = ("protein", "poses", "forcefield")
+TOLERANCE = 2.5e-4  # the reference's validity threshold: 0.025 %
+
+
+def _array_module(device: str) -> Any:
+    if device == "cpu":
+        return np
+    try:
+        import cupy
+    except ImportError as exc:
+        raise InputError(f"--device gpu: CuPy is not available ({exc})") from None
+    return cupy
+
+
+def _share(n: int, rank: int, size: int) -> tuple[int, int]:
+    """The contiguous range of ``n`` items that ``rank`` of ``size`` owns."""
+    base, extra = divmod(n, size)
+    lo = rank * base + min(rank, extra)
+    return lo, lo + base + (1 if rank < extra else 0)
+
+
+class Docking:
+    """A deck on one device, holding this rank's poses, ready to score and differentiate.
+
+    ``comm`` is an mpi4py communicator or ``None`` for a single process.
+    """
+
+    def __init__(self, deck: Deck, ppwi: int = 64, device: str = "cpu", comm: Any = None) -> None:
+        if ppwi < 1:
+            raise InputError(f"--ppwi: {ppwi} must be at least 1")
+        self.deck, self.ppwi, self.device, self.comm = deck, ppwi, device, comm
+        self.rank = comm.Get_rank() if comm is not None else 0
+        self.size = comm.Get_size() if comm is not None else 1
+        if self.size > deck.nposes:
+            raise InputError(f"mpiexec -n {self.size}: more MPI ranks than poses ({deck.nposes})")
+        self.lo, self.hi = _share(deck.nposes, self.rank, self.size)
+        xp = self.xp = _array_module(device)
+        # Private copies (xp.array copies): drivers move poses and perturb inputs in place.
+        self.protein_xyz = xp.array(np.ascontiguousarray(deck.protein_xyz.T))  # (3, natpro)
+        self.protein_type = xp.array(deck.protein_type)
+        self.ligand_xyz = xp.array(deck.ligand_xyz)
+        self.ligand_type = xp.array(deck.ligand_type)
+        self.ff_hbtype = xp.array(deck.ff_hbtype)
+        self.ff_params = xp.array(deck.ff_params)
+        self.poses = xp.array(np.ascontiguousarray(deck.poses[:, self.lo : self.hi]))
+        self.coef = xp.zeros((deck.ntypes, NCOEF, deck.natpro), np.float32)
+        self.energies = xp.zeros(self.hi - self.lo, np.float32)
+        self.update_coefficients()
+
+    # -- launches ---------------------------------------------------------------------------------------
+    @property
+    def nlocal(self) -> int:
+        return self.hi - self.lo
+
+    def update_coefficients(self) -> None:
+        """Recompute the pair coefficients (after the forcefield changed)."""
+        _coefficients(self.ff_hbtype, self.ff_params, self.protein_type, self.coef)
+
+    def _fasten(self, protein_xyz: Any, ligand_xyz: Any, coef: Any, poses: Any, energies: Any) -> None:
+        blocks = (poses.shape[1] + self.ppwi - 1) // self.ppwi
+        args = (protein_xyz, ligand_xyz, self.ligand_type, coef, poses, energies)
+        pad.launch(fasten, blocks, self.ppwi, *args)
+
+    def score(self) -> Any:
+        """This rank's pose energies (on the device)."""
+        self._fasten(self.protein_xyz, self.ligand_xyz, self.coef, self.poses, self.energies)
+        return self.energies
+
+    def sync(self) -> None:
+        """Wait for the device (timings)."""
+        if self.device == "gpu":
+            self.xp.cuda.Device().synchronize()
+
+    # -- gradients --------------------------------------------------------------------------------------
+    def gradient(self, wrt: str) -> Any:
+        """This rank's gradient of the sum of its energies (on the device), before any reduction.
+
+        ``protein``: (3, natpro) like ``self.protein_xyz``; ``poses``: (6, nlocal), each pose's own
+        gradient since poses are independent; ``forcefield``: (ntypes, 3) for radius, hphb, elsc.
+        Every float array is passed to ``pad.autodiff`` (as ``Const`` unless differentiated): an array a
+        differentiated function reaches any other way would count as active and cost adjoint work.
+        """
+        if wrt not in WRT:
+            raise InputError(f"--wrt: {wrt!r} is not one of {', '.join(WRT)}")
+        xp = self.xp
+        grad = xp.zeros_like(
+            {"protein": self.protein_xyz, "poses": self.poses, "forcefield": self.ff_params}[wrt]
+        )
+        seed = pad.Dup(self.energies, xp.ones(self.nlocal, np.float32))
+
+        def active(name: str, value: Any) -> Any:
+            return pad.Dup(value, grad) if name == wrt else pad.Const(value)
+
+        ligand = pad.Const(self.ligand_xyz)
+        if wrt == "forcefield":
+
+            def energy_of_forcefield(ff_params: Any, coef: Any, *rest: Any) -> None:
+                _coefficients(self.ff_hbtype, ff_params, self.protein_type, coef)
+                protein_xyz, ligand_xyz, poses, energies = rest
+                self._fasten(protein_xyz, ligand_xyz, coef, poses, energies)
+
+            coef = pad.Dup(self.coef, xp.zeros_like(self.coef))
+            protein, poses = pad.Const(self.protein_xyz), pad.Const(self.poses)
+            pad.autodiff(
+                energy_of_forcefield, active("forcefield", self.ff_params), coef, protein, ligand, poses, seed
+            )
+        else:
+            protein, poses = active("protein", self.protein_xyz), active("poses", self.poses)
+            pad.autodiff(self._fasten, protein, ligand, pad.Const(self.coef), poses, seed)
+        return grad
+
+    # -- results over ranks -----------------------------------------------------------------------------
+    def gather_energies(self) -> np.ndarray | None:
+        """A copy of all energies on rank 0 (``None`` elsewhere), as a float32 host array."""
+        return self._gather(_host(self.energies).copy())
+
+    def reduced_gradient(self, wrt: str, grad: Any) -> np.ndarray | None:
+        """The full gradient on rank 0 in API.md's layout: (natpro, 3), (nposes, 6) or (ntypes, 3)."""
+        host = _host(grad)
+        if wrt == "protein":
+            host = np.ascontiguousarray(host.T)
+        if wrt == "poses":
+            rows = self._gather(np.ascontiguousarray(host.T).ravel())
+            return None if rows is None else rows.reshape(-1, 6)
+        if self.comm is None:
+            return host
+        total = np.empty_like(host)
+        self.comm.Allreduce(host, total)
+        return total if self.rank == 0 else None
+
+    def _gather(self, local: np.ndarray) -> np.ndarray | None:
+        if self.comm is None:
+            return local
+        counts = self.comm.allgather(local.size)
+        out = np.empty(sum(counts), local.dtype) if self.rank == 0 else None
+        self.comm.Gatherv(local, [out, counts] if self.rank == 0 else None, root=0)
+        return out
+
+    # -- measurement ------------------------------------------------------------------------------------
+    def timed(self, step: Callable[[], Any], iterations: int, progress: Callable[[int], None]) -> float:
+        """Wall-clock seconds per call of ``step`` after one warm-up call (which compiles), over all ranks."""
+        step()
+        self.sync()
+        if self.comm is not None:
+            self.comm.Barrier()
+        start = time.perf_counter()
+        for _ in range(iterations):
+            step()
+            self.sync()
+            progress(1)
+        if self.comm is not None:
+            self.comm.Barrier()
+        return (time.perf_counter() - start) / iterations
+
+    # -- checks -----------------------------------------------------------------------------------------
+    def finite_difference_check(self, wrt: str, grad: Any, count: int = 4) -> dict[str, float]:
+        """Compare ``count`` components of this rank's gradient with central differences of its energy sum.
+
+        Energies are float32, so the step is relatively large (1e-3 relative) and agreement is about 1 %.
+        """
+        host = _host(grad)
+        target = {"protein": self.protein_xyz, "poses": self.poses, "forcefield": self.ff_params}[wrt]
+        rng = np.random.default_rng(7)
+        worst = 0.0
+        biggest = np.argsort(np.abs(host).ravel())[::-1][: max(1, count // 2)]
+        chosen = list(biggest) + list(rng.integers(0, host.size, count - len(biggest)))
+        for flat in chosen:
+            idx = np.unravel_index(int(flat), host.shape)
+            original = float(target[idx])
+            h = 1e-3 * max(1.0, abs(original))
+            sums, points = [], []
+            for shift in (h, -h):
+                target[idx] = original + shift
+                points.append(float(target[idx]))  # the float32 value actually used
+                if wrt == "forcefield":
+                    self.update_coefficients()
+                sums.append(float(_host(self.score()).astype(np.float64).sum()))
+            target[idx] = original
+            if wrt == "forcefield":
+                self.update_coefficients()
+            fd = (sums[0] - sums[1]) / (points[0] - points[1])
+            scale = max(abs(fd), float(np.abs(host).max()) * 1e-3, 1e-6)
+            worst = max(worst, abs(fd - float(host[idx])) / scale)
+        self.score()
+        return {"fd_components": len(chosen), "fd_max_rel_err": worst}
+
+
+def _coefficients(ff_hbtype: Any, ff_params: Any, protein_type: Any, coef: Any) -> None:
+    pad.launch(pair_coefficients, coef.shape[0] * coef.shape[2], ff_hbtype, ff_params, protein_type, coef)
+
+
+def _host(a: Any) -> np.ndarray:
+    return a if isinstance(a, np.ndarray) else a.get()
+
+
+def verify(energies: np.ndarray, reference: np.ndarray) -> tuple[bool, float]:
+    """The reference's rule, with |ref|: max over poses of |ref - e| / |ref| below 0.025 %.
+
+    Poses where both |ref| and |e| are below 1 are skipped. Returns (valid, max relative difference).
+    """
+    e = energies.astype(np.float64)
+    keep = (np.abs(reference) >= 1.0) | (np.abs(e) >= 1.0)
+    if not keep.any():
+        return True, 0.0
+    diff = np.abs(reference[keep] - e[keep]) / np.maximum(np.abs(reference[keep]), np.finfo(np.float64).tiny)
+    worst = float(diff.max())
+    return bool(worst < TOLERANCE and math.isfinite(worst)), worst

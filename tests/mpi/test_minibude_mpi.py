@@ -1,0 +1,51 @@
+"""miniBUDE under MPI: any rank count gives the serial energies and gradients; too many ranks is an error.
+
+Run by ``scripts/test.sh`` under ``mpiexec -n 1..4``; every verdict is agreed over ranks.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from apps.minibude.deck import InputError
+from apps.minibude.driver import Docking
+from tests.apps.minibude_support import small_deck
+
+MPI = pytest.importorskip("mpi4py.MPI")
+
+
+def _all(ok: bool) -> bool:
+    """True when ``ok`` holds on every rank (so every rank passes or fails together)."""
+    return bool(MPI.COMM_WORLD.allreduce(bool(ok), op=MPI.LAND))
+
+
+def _agree(a, b, rtol: float, atol: float) -> bool:
+    return a is None or b is None or np.allclose(a, b, rtol=rtol, atol=atol)
+
+
+@pytest.mark.mpi
+def test_energies_and_gradients_agree_with_serial():
+    comm = MPI.COMM_WORLD
+    deck = small_deck(nposes=23, smooth=True)
+    serial = Docking(deck, ppwi=4)
+    parallel = Docking(deck, ppwi=4, comm=comm)
+    parallel.score()
+    energies = parallel.gather_energies()
+    ok = comm.rank != 0 or np.allclose(energies, serial.score(), rtol=1e-6, atol=1e-4)
+    for wrt in ("protein", "poses", "forcefield"):
+        expected = serial.reduced_gradient(wrt, serial.gradient(wrt))
+        got = parallel.reduced_gradient(wrt, parallel.gradient(wrt))
+        scale = float(np.abs(expected).max())
+        ok = ok and _agree(got, expected, rtol=1e-4, atol=1e-4 * scale)
+    assert _all(ok), f"rank {comm.rank}: MPI results differ from the serial ones on {comm.size} ranks"
+
+
+@pytest.mark.mpi
+def test_more_ranks_than_poses_is_an_error():
+    comm = MPI.COMM_WORLD
+    if comm.size == 1:
+        pytest.skip("one rank never outnumbers the poses")
+    deck = small_deck(nposes=comm.size - 1)
+    with pytest.raises(InputError, match=f"mpiexec -n {comm.size}: more MPI ranks than poses"):
+        Docking(deck, comm=comm)
