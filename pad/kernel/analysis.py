@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from pad.kernel.frontend import ArrayKind, KernelSyntaxError, Kind, scalar_type
 from pad.kernel.ir import (
     Assign,
@@ -68,6 +70,8 @@ def infer_types(body: list[Stmt], kinds: dict[str, Kind]) -> dict[str, str]:
 
 def expr_type(e: Expr, types: dict[str, str], kinds: dict[str, Kind]) -> str | None:
     if isinstance(e, Lit):
+        if isinstance(e.value, np.float32):
+            return "f4"
         return "b" if isinstance(e.value, bool) else ("i" if isinstance(e.value, int) else "f8")
     if isinstance(e, Name):
         return types.get(e.id)

@@ -69,7 +69,7 @@ class Printer:
         if isinstance(e, Name):
             return e.id
         if isinstance(e, Lit):
-            if e.typed and ty == "f4" and not isinstance(e.value, bool):
+            if isinstance(e.value, np.float32) or (e.typed and ty == "f4" and not isinstance(e.value, bool)):
                 return f"np.float32({float(e.value)!r})"
             if e.typed and not isinstance(e.value, bool):
                 return repr(float(e.value))
@@ -171,7 +171,10 @@ def launcher_source(
         p.lines.append(f"            _n{k} = 0")
     for name in init:
         p.lines.append(f"            {name} = {_ZERO.get(p.type_of(name), '0.0')}")
+    before = len(p.lines)
     p.emit(body, 3)
+    if len(p.lines) == before and not init and not launcher.accumulators:
+        p.lines.append("            pass")
     for acc in launcher.accumulators:
         p.lines.append(f"            _acc{acc} += {acc}")
     for slot, acc in enumerate(launcher.accumulators):

@@ -249,7 +249,8 @@ class Lowering:
             n, getattr(__builtins__, n, None) if not isinstance(__builtins__, dict) else __builtins__.get(n)
         )
         if isinstance(value, (bool, int, float, np.integer, np.floating)):
-            return Lit(value.item() if isinstance(value, np.generic) else value)
+            # A float32 constant stays float32 (numba types it so); other NumPy scalars become Python numbers.
+            return Lit(value if isinstance(value, np.float32) else (value.item() if isinstance(value, np.generic) else value))
         raise scope.src.error(
             node,
             f"the name {n!r} is not a local variable, a parameter or a numeric global",

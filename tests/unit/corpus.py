@@ -771,3 +771,19 @@ for _c in list(CASES):
         "if/elif/else and boolean logic",
     }:
         CASES.append(Case(_c.name + " [float32]", _c.program, _c.make_args, np.float32))
+
+
+F32_HALF = np.float32(0.5)
+
+
+@pad.kernel
+def k_f32_constant(i, x, y):
+    y[i] = F32_HALF * x[i] * x[i]
+
+
+@case("float32 module constant keeps float32", np.float32)
+def _f32_constant():
+    def prog(x, y):
+        pad.launch(k_f32_constant, x.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 8, dt)), dup(arr(rng, 8, dt)))

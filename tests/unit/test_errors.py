@@ -207,3 +207,10 @@ def k_inplace_double(i, y):
 def test_nested_autodiff_is_refused():
     with pytest.raises(RuntimeError, match="cannot be nested"):
         pad.autodiff(lambda: pad.autodiff(lambda: None))
+
+
+def test_float32_constant_is_not_widened():
+    from tests.unit.corpus import k_f32_constant
+
+    source = pad.show(k_f32_constant, "primal", np.ones(2, np.float32), np.ones(2, np.float32))
+    assert "np.float32(0.5)" in source
