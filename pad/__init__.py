@@ -4,6 +4,7 @@ Kernels are differentiated by source transformation into numba-compiled adjoint 
 communication (MPI, task graphs) by transposing it; long time loops by binomial checkpointing.
 """
 
+from pad import checkpoint, tasks
 from pad.kernel import KernelSyntaxError, func, kernel, local_array, show
 from pad.parallel import launch
 from pad.tape import Active, Const, Dup, autodiff, fwddiff
@@ -16,10 +17,12 @@ __all__ = [
     "KernelSyntaxError",
     "autodiff",
     "check_grad",
+    "checkpoint",
     "func",
     "fwddiff",
     "kernel",
     "launch",
     "local_array",
     "show",
+    "tasks",
 ]

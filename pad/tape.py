@@ -141,8 +141,9 @@ class Context:
         self._regions: list[tuple[Any, Any]] = []
         self._const_ids: dict[int, Any] = {}
         self._live: dict[tuple, Kept] = {}
-        self._observers: list[list[Any]] = []
+        self._observers: list[Callable[[list[Any]], None]] = []
         self._lock = threading.RLock()
+        self.guard: Callable[[Record, list[Any]], Record] | None = None
 
     # -- shadows -------------------------------------------------------------------------------------
     def bind(self, x: Any, dx: Any) -> None:
@@ -159,14 +160,31 @@ class Context:
         """The shadow of array ``x``: ``None`` if ``x`` is inactive (Const, or not floating point).
 
         Arrays first seen here (intermediates the function allocates) get a zero shadow; a view into a
-        registered array gets the matching view into its shadow.
+        registered array gets the matching view into its shadow. Once a ``guard`` is set (pad.tasks sets
+        it), the shadows an operation asks for are noted and handed to the guard with its record.
         """
+        dx = self._lookup_shadow(x)
+        if dx is not None and self.guard is not None:
+            touched = _touched.get()
+            if touched is not None:
+                touched.append(dx)
+        return dx
+
+    def is_shadow(self, x: Any) -> bool:
+        """Whether array ``x`` shares memory with the shadow of a registered array."""
+        with self._lock:
+            return any(_overlaps(x, dbase) for _, dbase in self._regions if hasattr(x, "nbytes"))
+
+    def _lookup_shadow(self, x: Any) -> Any | None:
         hit = self._shadow_by_id.get(id(x))
         if hit is not None and hit[0] is x:
             return hit[1]
         if id(x) in self._const_ids or not _is_float_array(x):
             return None
         with self._lock:
+            hit = self._shadow_by_id.get(id(x))
+            if hit is not None and hit[0] is x:
+                return hit[1]
             dx = self._view_of_registered(x)
             if dx is None:
                 dx = _zeros_like(x)
@@ -188,10 +206,18 @@ class Context:
 
     # -- recording (reverse mode) --------------------------------------------------------------------
     def record(self, rec: Record) -> None:
+        """Append ``rec`` to the current recording (wrapped by ``guard`` with the shadows it touched)."""
+        if self.guard is not None:
+            touched = _touched.get()
+            if touched:
+                rec = self.guard(rec, touched[:])
+                touched.clear()
         _recording.get(self.records).append(rec)
 
     def keep(self, x: Any) -> Kept:
         """Hold ``x``'s current value for an adjoint; it is copied only if something later overwrites it."""
+        if _recording.get(None) is _DISCARD:
+            return Kept(x)
         k = _key(x)
         with self._lock:
             kept = self._live.get(k)
@@ -205,7 +231,7 @@ class Context:
         arrays = list(arrays)
         with self._lock:
             for obs in self._observers:
-                obs.extend(arrays)
+                obs(arrays)
             if not self._live:
                 return
             for a in arrays:
@@ -216,16 +242,26 @@ class Context:
                         del self._live[k]
 
     @contextlib.contextmanager
-    def observe_writes(self) -> Iterator[list[Any]]:
-        """Collect every array that operations announce they overwrite inside the block."""
+    def observe_writes(self, before: Callable[[list[Any]], None] | None = None) -> Iterator[list[Any]]:
+        """Collect every array that operations announce they overwrite inside the block.
+
+        ``before(arrays)``, if given, is called (under the context's lock) before the arrays are written,
+        while they still hold their old values.
+        """
         seen: list[Any] = []
+
+        def observer(arrays: list[Any]) -> None:
+            seen.extend(arrays)
+            if before is not None:
+                before(arrays)
+
         with self._lock:
-            self._observers.append(seen)
+            self._observers.append(observer)
         try:
             yield seen
         finally:
             with self._lock:
-                self._observers.remove(seen)
+                self._observers.remove(observer)
 
     def add_active_adjoint(self, slot: int, value: float) -> None:
         with self._lock:
@@ -261,6 +297,17 @@ def _view(base: Any, shape: tuple, strides: tuple, offset: int) -> Any:
 
 _context: ContextVar[Context | None] = ContextVar("pad_context", default=None)
 _recording: ContextVar[list[Record]] = ContextVar("pad_recording")
+_touched: ContextVar[list[Any] | None] = ContextVar("pad_touched", default=None)
+
+
+class _Discard(list):
+    """The recording of an ``unrecorded()`` block: records appended to it are dropped."""
+
+    def append(self, rec: Any) -> None:
+        pass
+
+
+_DISCARD = _Discard()
 
 
 def current() -> Context | None:
@@ -272,10 +319,29 @@ def current() -> Context | None:
 def recording_into(records: list[Record]) -> Iterator[None]:
     """Append the records of the operations in this block to ``records`` instead of the main tape."""
     token = _recording.set(records)
+    ttoken = _touched.set([])
     try:
         yield
     finally:
+        _touched.reset(ttoken)
         _recording.reset(token)
+
+
+@contextlib.contextmanager
+def unrecorded() -> Iterator[None]:
+    """Run the block's operations in reverse mode without recording or keeping anything.
+
+    Unlike ``suspended()``, operations still announce what they overwrite, so values kept for earlier
+    records and ``observe_writes`` observers (checkpoint snapshots) stay right.
+    """
+    with recording_into(_DISCARD):
+        yield
+
+
+def is_recording() -> bool:
+    """Whether operations run now are recorded for a reverse pass."""
+    ctx = _context.get()
+    return ctx is not None and ctx.reverse_mode and _recording.get(None) is not _DISCARD
 
 
 @contextlib.contextmanager
@@ -368,13 +434,12 @@ def autodiff(f: Callable[..., Any], *args: Any) -> tuple[float, ...]:
     ctx = Context(reverse_mode=True)
     values = _prepare(ctx, args, reverse_mode=True)
     token = _context.set(ctx)
-    rtoken = _recording.set(ctx.records)
     try:
-        f(*values)
-        _finish_forward(ctx)
-        reverse_records(ctx.records)
+        with recording_into(ctx.records):
+            f(*values)
+            _finish_forward(ctx)
+            reverse_records(ctx.records)
     finally:
-        _recording.reset(rtoken)
         _context.reset(token)
     return tuple(ctx.active_adjoints)
 
