@@ -1,0 +1,227 @@
+"""pad.tasks: task-graph gradients equal the sequential program's, under several pool sizes, many times."""
+
+from __future__ import annotations
+
+import threading
+import traceback
+from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+
+import numpy as np
+import pytest
+from npops import axpy, sin_to
+
+import pad
+from pad import tasks
+
+N = 16
+
+
+# ---------------------------------------------------------------------------------------------- DAG shapes
+# Each program takes (x, ws, out): x is the input, ws scratch arrays, out the output; ``go(fn, *args)``
+# either spawns (returning a task) or calls at once (the sequential reference, returning None).
+def diamond(go: Callable, x, ws, out) -> None:
+    a = go(sin_to, x, ws[0])
+    _wait(a)
+    b, c = go(sin_to, ws[0], ws[1]), go(sin_to, ws[0], ws[2])
+    _wait(b, c)
+    d = go(_sum_into, (ws[1], ws[2]), out)
+    _wait(d)
+
+
+def chain(go: Callable, x, ws, out) -> None:
+    src = x
+    for w in ws[:4]:
+        t = go(sin_to, src, w)
+        _wait(t)
+        src = w
+    _wait(go(_sum_into, (src,), out))
+
+
+def fan(go: Callable, x, ws, out) -> None:
+    ts = [go(sin_to, x, w) for w in ws]  # every task reads x: adjoints accumulate into one shadow
+    _wait(*ts)
+    _wait(go(_sum_into, tuple(ws), out))
+
+
+def nested(go: Callable, x, ws, out) -> None:
+    def branch(src, w1, w2):
+        inner = go(sin_to, src, w1)
+        _wait(inner)
+        sin_to(w1, w2)
+
+    ts = [go(branch, x, ws[2 * i], ws[2 * i + 1]) for i in range(3)]
+    _wait(*ts)
+    _wait(go(_sum_into, (ws[1], ws[3], ws[5]), out))
+
+
+def _sum_into(parts, out) -> None:
+    for k, p in enumerate(parts):
+        axpy(1.0 + k, p, out)
+
+
+def _wait(*ts) -> None:
+    tasks.wait_all([t for t in ts if t is not None])
+
+
+def _call(fn, *args):
+    fn(*args)
+
+
+def _gradient(program: Callable, go: Callable) -> np.ndarray:
+    x = np.linspace(0.1, 1.0, N)
+    ws = [np.zeros(N) for _ in range(6)]
+    out = np.zeros(N)
+    dx, dout = np.zeros(N), np.linspace(1.0, 2.0, N)
+    args = [pad.Dup(x, dx), [pad.Dup(w, np.zeros(N)) for w in ws], pad.Dup(out, dout)]
+
+    def f(x, *rest):
+        program(go, x, list(rest[:-1]), rest[-1])
+
+    pad.autodiff(f, args[0], *args[1], args[2])
+    return dx
+
+
+@pytest.mark.parametrize("program", [diamond, chain, fan, nested])
+@pytest.mark.parametrize("threads", [1, 2, 4])
+def test_dag_gradient_equals_sequential(program, threads):
+    expected = _gradient(program, _call)
+    assert np.abs(expected).max() > 0
+    with ThreadPoolExecutor(threads) as ex, tasks.executor(ex):
+        for _ in range(15):
+            np.testing.assert_allclose(_gradient(program, tasks.spawn), expected, rtol=1e-13, atol=1e-14)
+
+
+def test_fan_out_accumulation_has_no_race():
+    """Adjoints that read-modify-write one shadow slowly would lose updates without the shadow locks."""
+
+    def f(x, w1, w2, w3, w4):
+        ts = [tasks.spawn(sin_to, x, w, 0.002) for w in (w1, w2, w3, w4)]
+        tasks.wait_all(ts)
+
+    x = np.linspace(0.0, 1.0, N)
+    with ThreadPoolExecutor(4) as ex, tasks.executor(ex):
+        for _ in range(3):
+            dx = np.zeros(N)
+            ws = [pad.Dup(np.zeros(N), np.ones(N)) for _ in range(4)]
+            pad.autodiff(f, pad.Dup(x, dx), *ws)
+            np.testing.assert_allclose(dx, 4 * np.cos(x))
+
+
+@pytest.mark.parametrize("threads", [2, 4])
+def test_adjoints_of_independent_branches_overlap(threads):
+    """Both adjoints must be inside their reverse at once to pass the barrier (else it times out)."""
+    barrier = threading.Barrier(2)
+
+    def f(x1, y1, x2, y2):
+        t1 = tasks.spawn(sin_to, x1, y1, 0.0, barrier)
+        t2 = tasks.spawn(sin_to, x2, y2, 0.0, barrier)
+        t1.wait()
+        t2.wait()
+
+    x1, x2 = np.full(N, 0.3), np.full(N, 0.7)
+    dx1, dx2 = np.zeros(N), np.zeros(N)
+    with ThreadPoolExecutor(threads) as ex, tasks.executor(ex):
+        pad.autodiff(
+            f,
+            pad.Dup(x1, dx1),
+            pad.Dup(np.zeros(N), np.ones(N)),
+            pad.Dup(x2, dx2),
+            pad.Dup(np.zeros(N), np.ones(N)),
+        )
+    assert not barrier.broken
+    np.testing.assert_allclose(dx1, np.cos(x1))
+    np.testing.assert_allclose(dx2, np.cos(x2))
+
+
+def test_forward_mode_runs_tasks_with_tangents():
+    x, tx = np.linspace(0.0, 1.0, N), np.ones(N)
+    out, tout = np.zeros(N), np.zeros(N)
+    ws = [pad.Dup(np.zeros(N), np.zeros(N)) for _ in range(6)]
+    with ThreadPoolExecutor(2) as ex, tasks.executor(ex):
+        pad.fwddiff(
+            lambda x, *r: diamond(tasks.spawn, x, list(r[:-1]), r[-1]),
+            pad.Dup(x, tx),
+            *ws,
+            pad.Dup(out, tout),
+        )
+    expected = 3 * np.cos(np.sin(x)) * np.cos(x)  # out = sin(sin(x)) + 2 sin(sin(x))
+    np.testing.assert_allclose(tout, expected)
+
+
+def test_check_grad_through_tasks():
+    x = np.linspace(0.1, 1.0, N)
+    ws = [pad.Dup(np.zeros(N), np.zeros(N)) for _ in range(6)]
+
+    def f(x, *rest):
+        fan(tasks.spawn, x, list(rest[:-1]), rest[-1])
+
+    pad.check_grad(f, pad.Dup(x, np.zeros(N)), *ws, pad.Dup(np.zeros(N), np.zeros(N)))
+
+
+# ---------------------------------------------------------------------------------------------- plain use
+def test_plain_tasks_return_results_and_nest_on_one_thread():
+    def parent(k):
+        kids = [tasks.spawn(lambda j: j * j, j) for j in range(k)]
+        return sum(tasks.wait_all(kids))
+
+    with ThreadPoolExecutor(1) as ex, tasks.executor(ex):
+        assert tasks.spawn(parent, 5).wait() == 30
+
+
+def test_default_pool_runs_tasks():
+    assert tasks.wait_all([tasks.spawn(abs, -k) for k in range(4)]) == [0, 1, 2, 3]
+
+
+# ---------------------------------------------------------------------------------------------- errors
+def _failing(x):
+    raise ValueError("bad task input")
+
+
+def test_failure_reraises_in_waiter_with_original_traceback():
+    t = tasks.spawn(_failing, 1)
+    with pytest.raises(ValueError, match="bad task input") as info:
+        t.wait()
+    assert "_failing" in "".join(traceback.format_exception(info.value))
+
+
+def test_failure_inside_autodiff_reraises():
+    def f(x):
+        tasks.spawn(_failing, x).wait()
+
+    with pytest.raises(ValueError, match="bad task input"):
+        pad.autodiff(f, pad.Dup(np.zeros(N), np.zeros(N)))
+
+
+def test_failure_of_an_adjoint_reraises():
+    class Broken:
+        def reverse(self):
+            raise RuntimeError("adjoint failed")
+
+    def body(x, y):
+        sin_to(x, y)
+        pad.tape.current().record(Broken())
+
+    def f(x, y):
+        tasks.spawn(body, x, y).wait()
+
+    with pytest.raises(RuntimeError, match="adjoint failed"):
+        pad.autodiff(f, pad.Dup(np.ones(N), np.zeros(N)), pad.Dup(np.zeros(N), np.ones(N)))
+
+
+def test_task_never_waited_is_an_error_at_end_of_forward():
+    def f(x, y):
+        tasks.spawn(sin_to, x, y)
+
+    with pytest.raises(RuntimeError, match=r"never waited for.*test_tasks.py"):
+        pad.autodiff(f, pad.Dup(np.ones(N), np.zeros(N)), pad.Dup(np.zeros(N), np.ones(N)))
+
+
+def test_executor_must_share_memory():
+    with (
+        pytest.raises(TypeError, match="shares this process's memory"),
+        tasks.executor(ProcessPoolExecutor(1)),
+    ):
+        pass
+    with pytest.raises(TypeError), tasks.executor("threads"):  # type: ignore[arg-type]
+        pass
