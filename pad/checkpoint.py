@@ -181,16 +181,25 @@ class _Store:
                     snap[id(r)] = saved
         self._account()
 
-    def take(self, n: int) -> None:
+    def take(self, n: int, account: bool = True) -> None:
         live = [(k, ref()) for k, ref in list(self._roots.items())]
         self._held[n] = {k: self._save(r) for k, r in live if r is not None}
-        self._account()
+        if account:
+            self._account()
+
+    @contextlib.contextmanager
+    def preserved(self) -> Iterator[None]:
+        """Put the state back as it is now when the block ends (the reverse pass leaves primals as found)."""
+        final = -1
+        self.take(final, account=False)
+        yield
+        self.restore(final, drop=True)
 
     def holds(self, n: int) -> bool:
         return n in self._held
 
     def positions(self) -> list[int]:
-        return sorted(self._held)
+        return sorted(k for k in self._held if k >= 0)
 
     def restore(self, n: int, drop: bool) -> None:
         """Put the state back as it was at step ``n`` (and forget that snapshot if ``drop``)."""
@@ -223,9 +232,10 @@ class _Store:
                     os.remove(s.data)
 
     def _account(self) -> None:
-        unique = {id(s): s.nbytes for snap in self._held.values() for s in snap.values()}
+        snaps = [snap for n, snap in self._held.items() if n >= 0]
+        unique = {id(s): s.nbytes for snap in snaps for s in snap.values()}
         self._stats.peak_bytes = max(self._stats.peak_bytes, sum(unique.values()))
-        self._stats.snapshots_peak = max(self._stats.snapshots_peak, len(self._held))
+        self._stats.snapshots_peak = max(self._stats.snapshots_peak, len(snaps))
 
 
 # ---------------------------------------------------------------------------------------------- running
@@ -297,7 +307,7 @@ class _LoopRecord:
         self._lp, self._sweep, self._stats = lp, sweep, stats
 
     def reverse(self) -> None:
-        with self._lp.running():
+        with self._lp.running(), self._lp.store.preserved():
             self._sweep.run()
         self._lp.store.close()
         _report(self._lp, self._stats)
@@ -312,7 +322,7 @@ class _WhileRecord:
     def reverse(self) -> None:
         store = self._lp.store
         marks = store.positions()
-        with self._lp.running():
+        with self._lp.running(), store.preserved():
             for i in reversed(range(len(marks))):
                 a, b = marks[i], (marks[i + 1] if i + 1 < len(marks) else self._n)
                 store.restore(a, drop=False)
@@ -447,6 +457,7 @@ class _SegmentRecord:
         ctx = tape.current()
         assert ctx is not None
         changed = [(a, k) for a, k in self._inputs if k.copied]
+        now = [a.copy() for a, _ in changed]  # to leave the primal arrays as the reverse pass found them
         ctx.will_write([a for a, _ in changed])
         for a, k in changed:
             a[...] = k.array
@@ -456,6 +467,8 @@ class _SegmentRecord:
         with tape.recording_into(records):
             self._fn(*self._args)
         tape.reverse_records(records)
+        for (a, _), value in zip(changed, now, strict=True):
+            a[...] = value
 
 
 def segment(fn: Callable[..., Any], *args: Any) -> Any:
