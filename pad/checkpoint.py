@@ -169,17 +169,16 @@ class _Store:
 
     def capture(self, arrays: list[Any]) -> None:
         """Observer of writes: an array first overwritten now joins the state and every held snapshot."""
-        for a in arrays:
-            r = _root(a)
-            if id(r) in self._roots:
-                continue
+        new = [r for r in map(_root, arrays) if id(r) not in self._roots]
+        for r in new:
             self._roots[id(r)] = weakref.ref(r, self._forget(id(r)))
             self._stats.state_bytes += r.nbytes
             if self._held:
                 saved = self._save(r)
                 for snap in self._held.values():
                     snap[id(r)] = saved
-        self._account()
+        if new:
+            self._account()
 
     def take(self, n: int, account: bool = True) -> None:
         live = [(k, ref()) for k, ref in list(self._roots.items())]

@@ -37,10 +37,12 @@ _pool_lock = threading.Lock()
 
 
 def _pool() -> Executor:
-    global _default_pool
     chosen = _executor.get()
-    if chosen is not None:
-        return chosen
+    return chosen if chosen is not None else _default()
+
+
+def _default() -> Executor:
+    global _default_pool
     with _pool_lock:
         if _default_pool is None:
             _default_pool = ThreadPoolExecutor(os.cpu_count() or 2, thread_name_prefix="pad-task")
@@ -75,7 +77,10 @@ class _Job:
         self.error: BaseException | None = None
 
     def submit(self, ex: Executor) -> None:
-        ex.submit(self._run_if_unclaimed)
+        try:
+            ex.submit(self._run_if_unclaimed)
+        except RuntimeError:  # the user's executor was shut down (e.g. before the reverse pass)
+            _default().submit(self._run_if_unclaimed)
 
     def _claim(self) -> bool:
         with self._lock:

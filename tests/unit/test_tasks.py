@@ -225,3 +225,13 @@ def test_executor_must_share_memory():
         pass
     with pytest.raises(TypeError), tasks.executor("threads"):  # type: ignore[arg-type]
         pass
+
+
+def test_executor_shut_down_before_the_reverse_pass():
+    def f(x, y):
+        with ThreadPoolExecutor(2) as ex, tasks.executor(ex):
+            tasks.spawn(sin_to, x, y).wait()
+
+    x, dx = np.linspace(0.0, 1.0, N), np.zeros(N)
+    pad.autodiff(f, pad.Dup(x, dx), pad.Dup(np.zeros(N), np.ones(N)))
+    np.testing.assert_allclose(dx, np.cos(x))
