@@ -7,8 +7,8 @@ adjoints concurrently. In ``fwddiff`` tasks simply run their operations with tan
 
 Race-free accumulation. Two adjoint tasks may accumulate into one shadow array (fan-out in the primal:
 two tasks read one array). Once a task is spawned, every record carries the shadows its operation asked
-for, and its adjoint runs holding one lock per shadow (striped by address, taken in a fixed order, so no
-deadlock). Adjoints that touch disjoint shadows run concurrently; two that share a shadow take turns, one
+for, and its adjoint runs holding one lock per shadow array (taken in a fixed order, so no deadlock).
+Adjoints that touch disjoint shadows run concurrently; two that share a shadow take turns, one
 operation at a time, so no ``+=`` is lost. Task records themselves hold no lock while waiting.
 
 A task that has not started when someone waits for it runs inline in the waiting thread, so tasks that
@@ -175,38 +175,44 @@ class _Joined:
         self.task._spawn_adjoint()
 
 
-_STRIPES = [threading.Lock() for _ in range(64)]
+class _ShadowLocks:
+    """A context's record guard: one lock per shadow array (its base array), taken in a fixed order."""
+
+    def __init__(self) -> None:
+        self._locks: dict[int, threading.Lock] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, rec: tape.Record, shadows: list[Any]) -> tape.Record:
+        if isinstance(rec, (_Spawned, _Joined)):  # they wait for adjoint tasks: never hold a lock there
+            return rec
+        with self._lock:  # the base arrays stay alive with the record, so their ids stay unique
+            locks = [
+                self._locks.setdefault(k, threading.Lock()) for k in sorted({id(_base(s)) for s in shadows})
+            ]
+        return _Guarded(rec, locks)
 
 
-def _stripe(shadow: Any) -> int:
-    base = shadow
-    while getattr(base, "base", None) is not None and hasattr(base.base, "shape"):
-        base = base.base
-    return hash((tape._address(base), base.nbytes)) % len(_STRIPES)
-
-
-def _guard(rec: tape.Record, shadows: list[Any]) -> tape.Record:
-    """The context's record guard: operations' records take their shadows' locks; task records do not."""
-    return rec if isinstance(rec, (_Spawned, _Joined)) else _Guarded(rec, shadows)
+def _base(a: Any) -> Any:
+    while getattr(a, "base", None) is not None and hasattr(a.base, "shape"):
+        a = a.base
+    return a
 
 
 class _Guarded:
     """A record whose adjoint runs holding the locks of the shadows its operation touched."""
 
-    __slots__ = ("rec", "stripes")
+    __slots__ = ("locks", "rec")
 
-    def __init__(self, rec: tape.Record, shadows: list[Any]) -> None:
-        self.rec = rec
-        self.stripes = sorted({_stripe(s) for s in shadows})
+    def __init__(self, rec: tape.Record, locks: list[threading.Lock]) -> None:
+        self.rec, self.locks = rec, locks
 
     def reverse(self) -> None:
-        locks = [_STRIPES[i] for i in self.stripes]
-        for lock in locks:
+        for lock in self.locks:
             lock.acquire()
         try:
             self.rec.reverse()
         finally:
-            for lock in reversed(locks):
+            for lock in reversed(self.locks):
                 lock.release()
 
 
@@ -229,7 +235,7 @@ def spawn(fn: Callable[..., Any], *args: Any) -> Task:
             _outstanding.setdefault(ctx, {})[id(task)] = task
         if task._recorded:
             if ctx.guard is None:
-                ctx.guard = _guard
+                ctx.guard = _ShadowLocks()
             ctx.record(_Spawned(task))
     task._job.submit(task._executor)
     return task
