@@ -148,9 +148,7 @@ def main():
             "ratio_target": 3.0,
             "met": mem <= 1 / 25 and slow <= 3.0,
         }
-        print(
-            f"30 snapshots: memory {mem:.4f} of keep-everything (<= 0.04), time ratio {slow:.2f}x (<= 3)"
-        )
+        print(f"30 snapshots: memory {mem:.4f} of keep-everything (<= 0.04), time ratio {slow:.2f}x (<= 3)")
     os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
     with open(args.json, "w") as f:
         json.dump(result, f, indent=2)
