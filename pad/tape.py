@@ -141,7 +141,6 @@ class Context:
         self._regions: list[tuple[Any, Any]] = []
         self._const_ids: dict[int, Any] = {}
         self._live: dict[tuple, Kept] = {}
-        self._observers: list[Callable[[list[Any]], None]] = []
         self._lock = threading.RLock()
         self.guard: Callable[[Record, list[Any]], Record] | None = None
 
@@ -230,7 +229,7 @@ class Context:
         """Call before an operation overwrites ``arrays``: kept values that alias them are copied first."""
         arrays = list(arrays)
         with self._lock:
-            for obs in self._observers:
+            for obs in _observers.get():
                 obs(arrays)
             if not self._live:
                 return
@@ -245,6 +244,7 @@ class Context:
     def observe_writes(self, before: Callable[[list[Any]], None] | None = None) -> Iterator[list[Any]]:
         """Collect every array that operations announce they overwrite inside the block.
 
+        The observer follows the block's own flow of control, tasks it spawns included, not other threads.
         ``before(arrays)``, if given, is called (under the context's lock) before the arrays are written,
         while they still hold their old values.
         """
@@ -255,13 +255,11 @@ class Context:
             if before is not None:
                 before(arrays)
 
-        with self._lock:
-            self._observers.append(observer)
+        token = _observers.set((*_observers.get(), observer))
         try:
             yield seen
         finally:
-            with self._lock:
-                self._observers.remove(observer)
+            _observers.reset(token)
 
     def add_active_adjoint(self, slot: int, value: float) -> None:
         with self._lock:
@@ -298,6 +296,7 @@ def _view(base: Any, shape: tuple, strides: tuple, offset: int) -> Any:
 _context: ContextVar[Context | None] = ContextVar("pad_context", default=None)
 _recording: ContextVar[list[Record]] = ContextVar("pad_recording")
 _touched: ContextVar[list[Any] | None] = ContextVar("pad_touched", default=None)
+_observers: ContextVar[tuple[Callable[[list[Any]], None], ...]] = ContextVar("pad_observers", default=())
 
 
 class _Discard(list):

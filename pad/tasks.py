@@ -133,8 +133,14 @@ class Task:
         if first and ctx is not None:
             _forget(ctx, self)
         result = self._job.join()
-        if first and self._recorded and tape.is_recording():
-            ctx.record(_Joined(self))  # type: ignore[union-attr]
+        if first and ctx is not None and ctx.reverse_mode:
+            if self._recorded != tape.is_recording():
+                raise RuntimeError(
+                    f"{self!r} was spawned and waited for on different sides of a checkpointed step or "
+                    "segment; wait for the tasks a step spawns within that step"
+                )
+            if self._recorded:
+                ctx.record(_Joined(self))
         return result
 
     def _spawn_adjoint(self) -> None:

@@ -277,3 +277,30 @@ def test_segment_returning_an_array_is_refused():
 def test_bad_storage_is_refused():
     with pytest.raises(ValueError, match="storage"):
         checkpoint.loop(step, 3, snapshots=2, storage="tape")
+
+
+def test_writes_of_a_concurrent_task_are_not_loop_state():
+    import threading
+
+    go, done = threading.Event(), threading.Event()
+
+    def other(x, q):
+        go.wait(10)
+        sin_to(x, q)  # written while the loop runs, by a task the loop did not spawn
+        done.set()
+
+    def lstep(t, u, v, w):
+        if t == 0:
+            go.set()
+            done.wait(10)
+        step(t, u, v, w)
+
+    stats = checkpoint.Stats()
+
+    def f(u, v, w, x, q):
+        t = tasks.spawn(other, x, q)
+        checkpoint.loop(lstep, 7, u, v, w, snapshots=2, stats=stats)
+        t.wait()
+
+    pad.autodiff(f, *(pad.Dup(np.full(N, 0.5), np.ones(N)) for _ in range(5)))
+    assert stats.state_bytes == 3 * N * 8

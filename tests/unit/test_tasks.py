@@ -235,3 +235,12 @@ def test_executor_shut_down_before_the_reverse_pass():
     x, dx = np.linspace(0.0, 1.0, N), np.zeros(N)
     pad.autodiff(f, pad.Dup(x, dx), pad.Dup(np.zeros(N), np.ones(N)))
     np.testing.assert_allclose(dx, np.cos(x))
+
+
+def test_task_waited_across_a_checkpointed_step_is_refused():
+    def f(x, y, z):
+        t = tasks.spawn(sin_to, x, y)
+        pad.checkpoint.loop(lambda k, z: t.wait() if k == 1 else sin_to(z, z), 3, z, snapshots=1)
+
+    with pytest.raises(RuntimeError, match="different sides of a checkpointed step"):
+        pad.autodiff(f, *(pad.Dup(np.ones(N), np.ones(N)) for _ in range(3)))
