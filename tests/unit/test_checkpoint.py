@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import tracemalloc
 
@@ -153,6 +154,15 @@ def test_disk_snapshots_are_removed_after_an_error(tmp_path):
     calls[0] = 0
     with pytest.raises(FloatingPointError):
         pad.autodiff(g, *(pad.Dup(np.ones(N), np.ones(N)) for _ in range(3)))
+    assert os.listdir(tmp_path) == []
+
+    def h(u, v, w):  # the loop ends, then something after it fails: its reverse pass never runs
+        checkpoint.loop(step, 20, u, v, w, snapshots=3, storage="disk", directory=str(tmp_path))
+        raise KeyError("later failure")
+
+    with pytest.raises(KeyError):
+        pad.autodiff(h, *(pad.Dup(np.ones(N), np.ones(N)) for _ in range(3)))
+    gc.collect()
     assert os.listdir(tmp_path) == []
 
 
