@@ -6,6 +6,8 @@ import gc
 import os
 import tracemalloc
 
+import kops
+import npops
 import numpy as np
 import pytest
 from checkpoint_schedules import optimal_steps_binomial
@@ -17,16 +19,22 @@ from pad import checkpoint, tasks
 N = 8
 
 
-def step(t, u, v, w):
-    """Ping-pong state (u and v written on alternate steps) and an array first written late (w)."""
-    src, dst = (u, v) if t % 2 == 0 else (v, u)
-    sin_to(src, dst)
-    axpy(0.25, src, dst)
-    if t >= 3:
-        axpy(0.5, dst, w)
+def make_step(ops):
+    def step(t, u, v, w):
+        """Ping-pong state (u and v written on alternate steps) and an array first written late (w)."""
+        src, dst = (u, v) if t % 2 == 0 else (v, u)
+        ops.sin_to(src, dst)
+        ops.axpy(0.25, src, dst)
+        if t >= 3:
+            ops.axpy(0.5, dst, w)
+
+    return step
 
 
-def _run(nsteps, snapshots, storage="memory", directory=None, while_=False):
+step = make_step(npops)
+
+
+def _run(nsteps, snapshots, storage="memory", directory=None, while_=False, step=step):
     u = np.linspace(0.1, 1.0, N)
     v, w = np.zeros(N), np.zeros(N)
     du, dv, dw = np.zeros(N), np.linspace(1.0, 2.0, N), np.linspace(-1.0, 1.0, N)
@@ -81,6 +89,18 @@ def test_while_loop_matches_keep_everything(nsteps, snapshots):
     assert stats.snapshots_peak <= snapshots
     assert stats.peak_bytes <= snapshots * stats.state_bytes
     assert stats.steps >= 2 * nsteps - 1  # every step recomputed at least once to record it
+
+
+@pytest.mark.parametrize("nsteps,snapshots", [(7, 1), (20, 3)])
+def test_loop_of_kernel_launches(nsteps, snapshots):
+    kstep = make_step(kops)
+    got, stats = _run(nsteps, snapshots, step=kstep)
+    for a, b in zip(got, _expected(nsteps), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    assert stats.steps == optimal_steps_binomial(nsteps, snapshots)
+    got, _ = _run(nsteps, snapshots, step=kstep, while_=True)
+    for a, b in zip(got, _expected(nsteps), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
 def test_keep_everything_loop_records_every_step_once():
@@ -214,13 +234,13 @@ def test_segment_matches_plain_gradient():
         np.testing.assert_allclose(a, b, rtol=1e-13)
 
 
-def test_checkpointed_step_that_spawns_tasks():
+def test_checkpointed_step_that_spawns_tasks_of_launches():
     def tstep(t, x, ys, out):
-        ts = [tasks.spawn(sin_to, x, y) for y in ys]
+        ts = [tasks.spawn(kops.sin_to, x, y) for y in ys]
         tasks.wait_all(ts)
         for y in ys:
-            axpy(0.1, y, out)
-        axpy(0.2, out, x)
+            kops.axpy(0.1, y, out)
+        kops.axpy(0.2, out, x)
 
     def grads(snapshots):
         x, ys, out = np.linspace(0.1, 1.0, N), [np.zeros(N) for _ in range(3)], np.zeros(N)

@@ -7,9 +7,11 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
+import kops
+import npops
 import numpy as np
 import pytest
-from npops import axpy, sin_to
+from npops import sin_to
 
 import pad
 from pad import tasks
@@ -18,46 +20,47 @@ N = 16
 
 
 # ---------------------------------------------------------------------------------------------- DAG shapes
-# Each program takes (x, ws, out): x is the input, ws scratch arrays, out the output; ``go(fn, *args)``
-# either spawns (returning a task) or calls at once (the sequential reference, returning None).
-def diamond(go: Callable, x, ws, out) -> None:
-    a = go(sin_to, x, ws[0])
+# Each program takes (ops, x, ws, out): ops the module of operations (NumPy ops or kernel launches), x the
+# input, ws scratch arrays, out the output; ``go(fn, *args)`` either spawns (returning a task) or calls at
+# once (the sequential reference, returning None).
+def diamond(go: Callable, ops, x, ws, out) -> None:
+    a = go(ops.sin_to, x, ws[0])
     _wait(a)
-    b, c = go(sin_to, ws[0], ws[1]), go(sin_to, ws[0], ws[2])
+    b, c = go(ops.sin_to, ws[0], ws[1]), go(ops.sin_to, ws[0], ws[2])
     _wait(b, c)
-    d = go(_sum_into, (ws[1], ws[2]), out)
+    d = go(_sum_into, ops, (ws[1], ws[2]), out)
     _wait(d)
 
 
-def chain(go: Callable, x, ws, out) -> None:
+def chain(go: Callable, ops, x, ws, out) -> None:
     src = x
     for w in ws[:4]:
-        t = go(sin_to, src, w)
+        t = go(ops.sin_to, src, w)
         _wait(t)
         src = w
-    _wait(go(_sum_into, (src,), out))
+    _wait(go(_sum_into, ops, (src,), out))
 
 
-def fan(go: Callable, x, ws, out) -> None:
-    ts = [go(sin_to, x, w) for w in ws]  # every task reads x: adjoints accumulate into one shadow
+def fan(go: Callable, ops, x, ws, out) -> None:
+    ts = [go(ops.sin_to, x, w) for w in ws]  # every task reads x: adjoints accumulate into one shadow
     _wait(*ts)
-    _wait(go(_sum_into, tuple(ws), out))
+    _wait(go(_sum_into, ops, tuple(ws), out))
 
 
-def nested(go: Callable, x, ws, out) -> None:
+def nested(go: Callable, ops, x, ws, out) -> None:
     def branch(src, w1, w2):
-        inner = go(sin_to, src, w1)
+        inner = go(ops.sin_to, src, w1)
         _wait(inner)
-        sin_to(w1, w2)
+        ops.sin_to(w1, w2)
 
     ts = [go(branch, x, ws[2 * i], ws[2 * i + 1]) for i in range(3)]
     _wait(*ts)
-    _wait(go(_sum_into, (ws[1], ws[3], ws[5]), out))
+    _wait(go(_sum_into, ops, (ws[1], ws[3], ws[5]), out))
 
 
-def _sum_into(parts, out) -> None:
+def _sum_into(ops, parts, out) -> None:
     for k, p in enumerate(parts):
-        axpy(1.0 + k, p, out)
+        ops.axpy(1.0 + k, p, out)
 
 
 def _wait(*ts) -> None:
@@ -68,7 +71,7 @@ def _call(fn, *args):
     fn(*args)
 
 
-def _gradient(program: Callable, go: Callable) -> np.ndarray:
+def _gradient(program: Callable, ops, go: Callable) -> np.ndarray:
     x = np.linspace(0.1, 1.0, N)
     ws = [np.zeros(N) for _ in range(6)]
     out = np.zeros(N)
@@ -76,20 +79,21 @@ def _gradient(program: Callable, go: Callable) -> np.ndarray:
     args = [pad.Dup(x, dx), [pad.Dup(w, np.zeros(N)) for w in ws], pad.Dup(out, dout)]
 
     def f(x, *rest):
-        program(go, x, list(rest[:-1]), rest[-1])
+        program(go, ops, x, list(rest[:-1]), rest[-1])
 
     pad.autodiff(f, args[0], *args[1], args[2])
     return dx
 
 
+@pytest.mark.parametrize("ops", [npops, kops], ids=["numpy", "kernels"])
 @pytest.mark.parametrize("program", [diamond, chain, fan, nested])
 @pytest.mark.parametrize("threads", [1, 2, 4])
-def test_dag_gradient_equals_sequential(program, threads):
-    expected = _gradient(program, _call)
+def test_dag_gradient_equals_sequential(program, threads, ops):
+    expected = _gradient(program, ops, _call)
     assert np.abs(expected).max() > 0
     with ThreadPoolExecutor(threads) as ex, tasks.executor(ex):
         for _ in range(15):
-            np.testing.assert_allclose(_gradient(program, tasks.spawn), expected, rtol=1e-13, atol=1e-14)
+            np.testing.assert_allclose(_gradient(program, ops, tasks.spawn), expected, rtol=1e-13, atol=1e-14)
 
 
 def test_fan_out_accumulation_has_no_race():
@@ -140,7 +144,7 @@ def test_forward_mode_runs_tasks_with_tangents():
     ws = [pad.Dup(np.zeros(N), np.zeros(N)) for _ in range(6)]
     with ThreadPoolExecutor(2) as ex, tasks.executor(ex):
         pad.fwddiff(
-            lambda x, *r: diamond(tasks.spawn, x, list(r[:-1]), r[-1]),
+            lambda x, *r: diamond(tasks.spawn, kops, x, list(r[:-1]), r[-1]),
             pad.Dup(x, tx),
             *ws,
             pad.Dup(out, tout),
@@ -154,7 +158,7 @@ def test_check_grad_through_tasks():
     ws = [pad.Dup(np.zeros(N), np.zeros(N)) for _ in range(6)]
 
     def f(x, *rest):
-        fan(tasks.spawn, x, list(rest[:-1]), rest[-1])
+        fan(tasks.spawn, kops, x, list(rest[:-1]), rest[-1])
 
     pad.check_grad(f, pad.Dup(x, np.zeros(N)), *ws, pad.Dup(np.zeros(N), np.zeros(N)))
 
