@@ -36,9 +36,15 @@ from checkpoint_schedules import (
     Move,
     MultistageCheckpointSchedule,
     Reverse,
+    multistage,
 )
 
 from pad import tape
+
+# The schedule library jit-compiles its small step-count helper with numba when numba is installed, which
+# costs seconds at the first checkpointed loop of every process; its plain-Python form is just as exact
+# and takes microseconds per call.
+multistage.n_advance = getattr(multistage.n_advance, "py_func", multistage.n_advance)
 
 __all__ = ["Stats", "loop", "segment", "while_loop"]
 

@@ -126,7 +126,6 @@ def test_snapshot_memory_is_bounded():
         return result
 
     state = 3 * big * 8
-    peak(2)  # warm up: the schedule library compiles a helper with numba on first use
     kept = peak(3)
     assert kept < (3 + 4) * state  # 3 snapshots, the final state put back, one step's tape and temporaries
     assert peak(None) > 3 * kept
