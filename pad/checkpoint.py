@@ -178,7 +178,6 @@ class _Store:
         new = [r for r in map(_root, arrays) if id(r) not in self._roots]
         for r in new:
             self._roots[id(r)] = weakref.ref(r, self._forget(id(r)))
-            self._stats.state_bytes += r.nbytes
             if self._held:
                 saved = self._save(r)
                 for snap in self._held.values():
@@ -220,7 +219,7 @@ class _Store:
                 )
         self._ctx.will_write([r for r, _ in pairs])
         for r, saved in pairs:
-            r[...] = np.load(saved.data) if self._dir is not None else saved.data
+            r[...] = np.load(saved.data, mmap_mode="r") if self._dir is not None else saved.data
         if drop:
             self.drop(n)
 
@@ -240,6 +239,8 @@ class _Store:
         snaps = [snap for n, snap in self._held.items() if n >= 0]
         unique = {id(s): s.nbytes for snap in snaps for s in snap.values()}
         self._stats.peak_bytes = max(self._stats.peak_bytes, sum(unique.values()))
+        state = sum(r.nbytes for ref in list(self._roots.values()) if (r := ref()) is not None)
+        self._stats.state_bytes = max(self._stats.state_bytes, state)
         self._stats.snapshots_peak = max(self._stats.snapshots_peak, len(snaps))
 
 
