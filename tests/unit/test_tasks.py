@@ -213,12 +213,13 @@ def test_failure_of_an_adjoint_reraises():
         pad.autodiff(f, pad.Dup(np.ones(N), np.zeros(N)), pad.Dup(np.zeros(N), np.ones(N)))
 
 
-def test_task_never_waited_is_an_error_at_end_of_forward():
+@pytest.mark.parametrize("mode", [pad.autodiff, pad.fwddiff])
+def test_task_never_waited_is_an_error_at_end_of_forward(mode):
     def f(x, y):
         tasks.spawn(sin_to, x, y)
 
     with pytest.raises(RuntimeError, match=r"never waited for.*test_tasks.py"):
-        pad.autodiff(f, pad.Dup(np.ones(N), np.zeros(N)), pad.Dup(np.zeros(N), np.ones(N)))
+        mode(f, pad.Dup(np.ones(N), np.zeros(N)), pad.Dup(np.zeros(N), np.ones(N)))
 
 
 def test_executor_must_share_memory():
