@@ -143,6 +143,7 @@ def main():
         slow = by[30]["grad_over_primal"] / keep["grad_over_primal"]
         result["targets"] = {
             "memory_30_over_all": mem,
+            "memory_30_over_every_state": by[30]["snapshot_bytes"] / (steps * state),
             "memory_target": 1 / 25,
             "ratio_30_over_all": slow,
             "ratio_target": 3.0,
