@@ -3,7 +3,7 @@
 Inside ``autodiff``, ``loop`` runs ``step`` through a ``checkpoint_schedules`` Multistage (Revolve) schedule:
 it keeps at most ``snapshots`` copies of the loop's state, records only the step being reversed, and
 recomputes the others from the nearest snapshot. The state is found, not declared: it is every array the
-steps announce they overwrite (``Context.observe_writes``). A snapshot copies those arrays; an array first
+steps announce they overwrite (``Context.before_writes``). A snapshot copies those arrays; an array first
 overwritten after a snapshot was taken is added to it, before the write, with the value it still holds.
 Snapshots are restored before each recomputation.
 
@@ -267,7 +267,7 @@ class _Loop:
     def running(self) -> Iterator[None]:
         """Observe the steps' writes; on an error remove the snapshots before it propagates."""
         try:
-            with self.ctx.observe_writes(before=self.store.capture):
+            with self.ctx.before_writes(self.store.capture):
                 yield
         except BaseException:
             self.store.close()
@@ -499,7 +499,7 @@ def segment(fn: Callable[..., Any], *args: Any) -> Any:
             if id(r) not in inputs and id(r) not in written:
                 written[id(r)] = (weakref.ref(r), r.copy())
 
-    with ctx.observe_writes(before=before), tape.unrecorded():
+    with ctx.before_writes(before), tape.unrecorded():
         result = fn(*args)
     if any(True for _ in _arrays_in(result, "result")):
         raise TypeError(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -137,8 +138,10 @@ class Context:
         self.reverse_mode = reverse_mode
         self.records: list[Record] = []
         self.active_adjoints: list[float] = []
-        self._shadow_by_id: dict[int, tuple[Any, Any]] = {}
-        self._regions: list[tuple[Any, Any]] = []
+        # id(array) -> (reference to the array, its shadow); regions: arrays whose views share the shadow.
+        # Arrays are referenced weakly: an intermediate that dies (a step's temporary) leaves both maps.
+        self._shadow_by_id: dict[int, tuple[Callable[[], Any], Any]] = {}
+        self._regions: dict[int, tuple[Callable[[], Any], Any]] = {}
         self._const_ids: dict[int, Any] = {}
         self._live: dict[tuple, Kept] = {}
         self._lock = threading.RLock()
@@ -148,8 +151,7 @@ class Context:
     def bind(self, x: Any, dx: Any) -> None:
         """Register ``dx`` as the shadow of ``x`` (and of every view into ``x``)."""
         with self._lock:
-            self._shadow_by_id[id(x)] = (x, dx)
-            self._regions.append((x, dx))
+            self._remember(x, dx, region=True)
 
     def mark_const(self, x: Any) -> None:
         with self._lock:
@@ -172,28 +174,50 @@ class Context:
     def is_shadow(self, x: Any) -> bool:
         """Whether array ``x`` shares memory with the shadow of a registered array."""
         with self._lock:
-            return any(_overlaps(x, dbase) for _, dbase in self._regions if hasattr(x, "nbytes"))
+            regions = list(self._regions.values())
+        return hasattr(x, "nbytes") and any(_overlaps(x, dbase) for _, dbase in regions)
 
     def _lookup_shadow(self, x: Any) -> Any | None:
         hit = self._shadow_by_id.get(id(x))
-        if hit is not None and hit[0] is x:
+        if hit is not None and hit[0]() is x:
             return hit[1]
         if id(x) in self._const_ids or not _is_float_array(x):
             return None
         with self._lock:
             hit = self._shadow_by_id.get(id(x))
-            if hit is not None and hit[0] is x:
+            if hit is not None and hit[0]() is x:
                 return hit[1]
             dx = self._view_of_registered(x)
-            if dx is None:
-                dx = _zeros_like(x)
-                self._regions.append((x, dx))
-            self._shadow_by_id[id(x)] = (x, dx)
-            return dx
+            self._remember(x, _zeros_like(x) if dx is None else dx, region=dx is None)
+            return self._shadow_by_id[id(x)][1]
+
+    def _remember(self, x: Any, dx: Any, region: bool) -> None:
+        """Map ``x`` to ``dx`` (and views into ``x`` to views into ``dx`` if ``region``) while ``x`` lives."""
+        key = id(x)
+
+        def forget(ref: Any) -> None:
+            with self._lock:
+                for table in (self._shadow_by_id, self._regions):
+                    if table.get(key, (None,))[0] is ref:
+                        del table[key]
+
+        try:
+            ref: Callable[[], Any] = weakref.ref(x, forget)
+        except TypeError:  # an array type without weak references: held for the context's lifetime
+
+            def ref() -> Any:
+                return x
+
+        self._shadow_by_id[key] = (ref, dx)
+        if region:
+            self._regions[key] = (ref, dx)
 
     def _view_of_registered(self, x: Any) -> Any | None:
         addr, nbytes = _address(x), x.nbytes
-        for base, dbase in self._regions:
+        for ref, dbase in list(self._regions.values()):
+            base = ref()
+            if base is None:
+                continue
             start = _address(base)
             if base.dtype != x.dtype or not (start <= addr and addr + nbytes <= start + base.nbytes):
                 continue
@@ -241,23 +265,21 @@ class Context:
                         del self._live[k]
 
     @contextlib.contextmanager
-    def observe_writes(self, before: Callable[[list[Any]], None] | None = None) -> Iterator[list[Any]]:
-        """Collect every array that operations announce they overwrite inside the block.
+    def observe_writes(self) -> Iterator[list[Any]]:
+        """Collect every array that operations announce they overwrite inside the block."""
+        seen: list[Any] = []
+        with self.before_writes(seen.extend):
+            yield seen
+
+    @contextlib.contextmanager
+    def before_writes(self, callback: Callable[[list[Any]], None]) -> Iterator[None]:
+        """Call ``callback(arrays)`` (under the context's lock) before operations in the block overwrite them.
 
         The observer follows the block's own flow of control, tasks it spawns included, not other threads.
-        ``before(arrays)``, if given, is called (under the context's lock) before the arrays are written,
-        while they still hold their old values.
         """
-        seen: list[Any] = []
-
-        def observer(arrays: list[Any]) -> None:
-            seen.extend(arrays)
-            if before is not None:
-                before(arrays)
-
-        token = _observers.set((*_observers.get(), observer))
+        token = _observers.set((*_observers.get(), callback))
         try:
-            yield seen
+            yield
         finally:
             _observers.reset(token)
 
@@ -331,7 +353,7 @@ def unrecorded() -> Iterator[None]:
     """Run the block's operations in reverse mode without recording or keeping anything.
 
     Unlike ``suspended()``, operations still announce what they overwrite, so values kept for earlier
-    records and ``observe_writes`` observers (checkpoint snapshots) stay right.
+    records and write observers (checkpoint snapshots) stay right.
     """
     with recording_into(_DISCARD):
         yield

@@ -333,3 +333,22 @@ def test_writes_of_a_concurrent_task_are_not_loop_state():
 
     pad.autodiff(f, *(pad.Dup(np.full(N, 0.5), np.ones(N)) for _ in range(5)))
     assert stats.state_bytes == 3 * N * 8
+
+
+def test_temporaries_of_a_step_do_not_accumulate():
+    """A step's temporary (and its shadow) die with the step, in the recomputations too."""
+    big = 20_000
+
+    def tstep(t, u):
+        tmp = np.empty_like(u)
+        sin_to(u, tmp)
+        axpy(0.5, tmp, u)
+
+    u, du = np.linspace(0.0, 1.0, big), np.ones(big)
+    stats = checkpoint.Stats()
+    tracemalloc.start()
+    pad.autodiff(lambda u: checkpoint.loop(tstep, 80, u, snapshots=3, stats=stats), pad.Dup(u, du))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 16 * big * 8  # 3 snapshots, the final state, one step's tape and a few temporaries
+    assert stats.snapshots_peak == 3
