@@ -352,3 +352,22 @@ def test_temporaries_of_a_step_do_not_accumulate():
     tracemalloc.stop()
     assert peak < 16 * big * 8  # 3 snapshots, the final state, one step's tape and a few temporaries
     assert stats.snapshots_peak == 3
+
+
+@pytest.mark.parametrize("inner,outer", [(None, 2), (2, None), (2, 3)])
+def test_nested_checkpointed_loops(inner, outer):
+    def grads(inner, outer):
+        u, v, w = np.linspace(0.1, 1.0, N), np.zeros(N), np.zeros(N)
+        du, dv, dw = np.zeros(N), np.ones(N), np.ones(N)
+
+        def block(b, u, v, w):
+            checkpoint.loop(lambda t, *a: step(4 * b + t, *a), 4, u, v, w, snapshots=inner)
+
+        pad.autodiff(
+            lambda u, v, w: checkpoint.loop(block, 5, u, v, w, snapshots=outer),
+            *map(pad.Dup, (u, v, w), (du, dv, dw)),
+        )
+        return du, dv, dw
+
+    for a, b in zip(grads(inner, outer), grads(None, None), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
