@@ -11,6 +11,8 @@ import kops
 import npops
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from npops import sin_to
 
 import pad
@@ -249,3 +251,46 @@ def test_task_waited_across_a_checkpointed_step_is_refused():
 
     with pytest.raises(RuntimeError, match="different sides of a checkpointed step"):
         pad.autodiff(f, *(pad.Dup(np.ones(N), np.ones(N)) for _ in range(3)))
+
+
+@st.composite
+def dags(draw):
+    """A random DAG: task j reads x and/or earlier tasks' outputs; a random order of the remaining waits."""
+    k = draw(st.integers(2, 6))
+    inputs = [draw(st.lists(st.integers(-1, j - 1), min_size=1, max_size=3, unique=True)) for j in range(k)]
+    return inputs, draw(st.permutations(range(k)))
+
+
+@settings(max_examples=25, deadline=None)
+@given(dag=dags(), threads=st.sampled_from([1, 2, 4]))
+def test_random_dag_gradient_equals_sequential(dag, threads):
+    inputs, last_waits = dag
+    k = len(inputs)
+
+    def body(srcs, scratch, out):
+        for c, p in enumerate(srcs):
+            sin_to(p, scratch)
+            npops.axpy(1.0 + c, scratch, out)
+
+    def program(go, x, arrays):
+        outs, scratch = arrays[:k], arrays[k:]
+        ts: dict[int, object] = {}
+        for j in range(k):
+            for i in inputs[j]:
+                if i >= 0 and ts.get(i) is not None:
+                    ts.pop(i).wait()
+            ts[j] = go(body, [x if i < 0 else outs[i] for i in inputs[j]], scratch[j], outs[j])
+        for j in last_waits:
+            if ts.get(j) is not None:
+                ts.pop(j).wait()
+
+    def gradient(go):
+        x, dx = np.linspace(0.1, 1.0, N), np.zeros(N)
+        arrays = [pad.Dup(np.zeros(N), np.full(N, 1.0 + j)) for j in range(k)]
+        arrays += [pad.Dup(np.zeros(N), np.zeros(N)) for _ in range(k)]
+        pad.autodiff(lambda x, *a: program(go, x, a), pad.Dup(x, dx), *arrays)
+        return dx
+
+    expected = gradient(_call)
+    with ThreadPoolExecutor(threads) as ex, tasks.executor(ex):
+        np.testing.assert_allclose(gradient(tasks.spawn), expected, rtol=1e-13, atol=1e-14)
