@@ -1,8 +1,11 @@
 """A checkpointed loop whose step exchanges halos: every rank follows the same schedule, so the reverse
 communication pairs up. The halo exchange is a small test-only differentiable op on mpi4py (its adjoint is
-the transposed exchange), standing in for pad.mpi, which is built on another branch."""
+the transposed exchange), standing in for pad.mpi, which is built on another branch; the smoothing is a
+NumPy op or a pad kernel launch."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import pytest
@@ -87,20 +90,35 @@ def smooth(u, v):
         dv[...] = t
 
 
-def _step(t, comm, u, v):
+@pad.kernel
+def _smooth(i, u, v):
+    j = i + 1
+    v[j] = 0.6 * math.sin(u[j]) + 0.2 * math.sin(u[j - 1]) + 0.2 * math.sin(u[j + 1])
+
+
+def ksmooth(u, v):
+    """``smooth`` as a kernel launch (the ghosts of v are left alone)."""
+    pad.launch(_smooth, M, u, v)
+
+
+def _step(t, comm, u, v, op=smooth):
     src, dst = (u, v) if t % 2 == 0 else (v, u)
     halo(comm, src)
-    smooth(src, dst)
+    op(src, dst)
 
 
-def _grad(comm, nsteps, snapshots):
+def _kstep(t, comm, u, v):
+    _step(t, comm, u, v, ksmooth)
+
+
+def _grad(comm, nsteps, snapshots, step=_step):
     rng = np.random.default_rng(comm.rank)
     u, v = rng.uniform(0.0, 1.0, M + 2), np.zeros(M + 2)
     du, dv = np.zeros(M + 2), np.zeros(M + 2)
     last = dv if nsteps % 2 else du
     last[1 : M + 1] = 1.0 + comm.rank
     pad.autodiff(
-        lambda u, v: checkpoint.loop(_step, nsteps, comm, u, v, snapshots=snapshots),
+        lambda u, v: checkpoint.loop(step, nsteps, comm, u, v, snapshots=snapshots),
         pad.Dup(u, du),
         pad.Dup(v, dv),
     )
@@ -112,10 +130,11 @@ def _all(ok: bool) -> bool:
 
 
 @pytest.mark.mpi
+@pytest.mark.parametrize("step", [_step, _kstep], ids=["numpy", "kernel"])
 @pytest.mark.parametrize("nsteps,snapshots", [(1, 1), (9, 2), (40, 3)])
-def test_checkpointed_halo_loop_matches_keep_everything(nsteps, snapshots):
+def test_checkpointed_halo_loop_matches_keep_everything(nsteps, snapshots, step):
     comm = MPI.COMM_WORLD
-    got, want = _grad(comm, nsteps, snapshots), _grad(comm, nsteps, None)
+    got, want = _grad(comm, nsteps, snapshots, step), _grad(comm, nsteps, None, step)
     ok = all(np.allclose(a, b, rtol=1e-13, atol=1e-15) for a, b in zip(got, want, strict=True))
     assert _all(ok and np.abs(got[0]).max() > 0), f"rank {comm.rank}: {got[0]} vs {want[0]}"
 
@@ -126,7 +145,7 @@ def test_checkpointed_halo_loop_check_grad():
     rng = np.random.default_rng(10 + comm.rank)
     u = rng.uniform(0.0, 1.0, M + 2)
     pad.check_grad(
-        lambda u, v: checkpoint.loop(_step, 6, comm, u, v, snapshots=2),
+        lambda u, v: checkpoint.loop(_kstep, 6, comm, u, v, snapshots=2),
         pad.Dup(u, np.zeros(M + 2)),
         pad.Dup(np.zeros(M + 2), np.zeros(M + 2)),
     )
