@@ -80,7 +80,7 @@ def test_loop_matches_keep_everything(nsteps, snapshots):
     assert stats.peak_bytes <= snapshots * stats.state_bytes
 
 
-@pytest.mark.parametrize("nsteps", [1, 2, 7, 50])
+@pytest.mark.parametrize("nsteps", [1, 2, 7, 50, 200])
 @pytest.mark.parametrize("snapshots", [1, 2, 5])
 def test_while_loop_matches_keep_everything(nsteps, snapshots):
     got, stats = _run(nsteps, snapshots, while_=True)
@@ -89,6 +89,8 @@ def test_while_loop_matches_keep_everything(nsteps, snapshots):
     assert stats.snapshots_peak <= snapshots
     assert stats.peak_bytes <= snapshots * stats.state_bytes
     assert stats.steps >= 2 * nsteps - 1  # every step recomputed at least once to record it
+    optimum = optimal_steps_binomial(nsteps, min(snapshots, nsteps - 1))
+    assert stats.steps <= 1.6 * optimum + 2  # online: within 5-60% of the offline optimum here
 
 
 @pytest.mark.parametrize("nsteps,snapshots", [(7, 1), (20, 3)])
