@@ -18,6 +18,7 @@ the reverse pass. Outside ``autodiff`` all three are plain calls; in ``fwddiff``
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import shutil
 import tempfile
@@ -67,20 +68,23 @@ class Stats:
 
 # ---------------------------------------------------------------------------------------------- arrays
 def _arrays_in(obj: Any, path: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
-    """The arrays in ``obj`` (nested lists, tuples, dicts and plain objects, a few levels deep)."""
+    """The arrays in ``obj`` (nested lists, tuples, dicts and plain objects: 3 levels, 1000 items each)."""
     if hasattr(obj, "shape") and hasattr(obj, "dtype"):
         yield path, obj
     elif depth >= 3 or isinstance(obj, (str, bytes, type, types.ModuleType)) or callable(obj):
         return
     elif isinstance(obj, (list, tuple)):
-        for i, v in enumerate(obj):
+        for i, v in enumerate(obj[:_BREADTH]):
             yield from _arrays_in(v, f"{path}[{i}]", depth + 1)
     elif isinstance(obj, dict):
-        for k, v in obj.items():
+        for k, v in itertools.islice(obj.items(), _BREADTH):
             yield from _arrays_in(v, f"{path}[{k!r}]", depth + 1)
     elif hasattr(obj, "__dict__"):
-        for k, v in vars(obj).items():
+        for k, v in itertools.islice(vars(obj).items(), _BREADTH):
             yield from _arrays_in(v, f"{path}.{k}", depth + 1)
+
+
+_BREADTH = 1000
 
 
 def _root(a: Any) -> Any:
