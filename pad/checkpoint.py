@@ -52,7 +52,8 @@ __all__ = ["Stats", "loop", "segment", "while_loop"]
 
 @dataclass
 class Stats:
-    """What a checkpointed loop did (pass ``stats=Stats()`` to ``loop``/``while_loop``; filled in reverse)."""
+    """What a checkpointed loop did (pass ``stats=Stats()`` to ``loop``/``while_loop``; complete once the
+    loop's reverse pass has run)."""
 
     nsteps: int = 0  # steps of the loop
     steps: int = 0  # step calls in all: first sweep, recomputations and the recorded re-runs
@@ -154,7 +155,8 @@ class _Store:
         self._stats = stats
         self._dir: str | None = None
         self._files = 0
-        if storage == "disk":
+        self.disk = storage == "disk"
+        if self.disk:
             if directory is not None:
                 os.makedirs(directory, exist_ok=True)
             self._dir = tempfile.mkdtemp(prefix="pad-checkpoint-", dir=directory)
@@ -253,10 +255,16 @@ class _Loop:
     """A checkpointed loop's step, arguments, snapshots and counters."""
 
     def __init__(
-        self, ctx: tape.Context, step: Callable[..., Any], args: tuple, storage: str, directory: str | None
+        self,
+        ctx: tape.Context,
+        step: Callable[..., Any],
+        args: tuple,
+        storage: str,
+        directory: str | None,
+        stats: Stats | None,
     ) -> None:
         self.ctx, self.step, self.args = ctx, step, args
-        self.stats = Stats()
+        self.stats = Stats() if stats is None else stats
         self.store = _Store(ctx, storage, directory, self.stats)
         self.layout = _Layout(args)
 
@@ -284,9 +292,9 @@ class _Sweep:
     ``held`` says the state at ``offset`` is already a snapshot (``while_loop``'s intervals).
     """
 
-    def __init__(self, lp: _Loop, offset: int, n: int, slots: int, disk: bool, held: bool) -> None:
+    def __init__(self, lp: _Loop, offset: int, n: int, slots: int, held: bool) -> None:
         self._lp, self._offset, self._held = lp, offset, held
-        ram, on_disk = (0, slots) if disk else (slots, 0)
+        ram, on_disk = (0, slots) if lp.store.disk else (slots, 0)
         self._actions = iter(MultistageCheckpointSchedule(n, ram, on_disk))
         self._records: list[tape.Record] = []
 
@@ -313,21 +321,20 @@ class _Sweep:
 class _LoopRecord:
     """``loop``'s record: its reverse carries on the Revolve schedule from the end of the forward pass."""
 
-    def __init__(self, lp: _Loop, sweep: _Sweep, stats: Stats | None) -> None:
-        self._lp, self._sweep, self._stats = lp, sweep, stats
+    def __init__(self, lp: _Loop, sweep: _Sweep) -> None:
+        self._lp, self._sweep = lp, sweep
 
     def reverse(self) -> None:
         with self._lp.running(), self._lp.store.preserved():
             self._sweep.run()
         self._lp.store.close()
-        _report(self._lp, self._stats)
 
 
 class _WhileRecord:
     """``while_loop``'s record: reverses the intervals between its snapshots, last first, each by Revolve."""
 
-    def __init__(self, lp: _Loop, nsteps: int, snapshots: int, disk: bool, stats: Stats | None) -> None:
-        self._lp, self._n, self._s, self._disk, self._stats = lp, nsteps, snapshots, disk, stats
+    def __init__(self, lp: _Loop, nsteps: int, snapshots: int) -> None:
+        self._lp, self._n, self._s = lp, nsteps, snapshots
 
     def reverse(self) -> None:
         store = self._lp.store
@@ -336,19 +343,12 @@ class _WhileRecord:
             for i in reversed(range(len(marks))):
                 a, b = marks[i], (marks[i + 1] if i + 1 < len(marks) else self._n)
                 store.restore(a, drop=False)
-                sweep = _Sweep(self._lp, a, b - a, self._s - i, self._disk, held=True)
+                sweep = _Sweep(self._lp, a, b - a, self._s - i, held=True)
                 sweep.run()  # forward part
                 sweep.run()  # reverse part
                 if store.holds(a):
                     store.drop(a)
         store.close()
-        _report(self._lp, self._stats)
-
-
-def _report(lp: _Loop, stats: Stats | None) -> None:
-    if stats is not None:
-        for field in ("nsteps", "steps", "snapshots_peak", "peak_bytes", "state_bytes"):
-            setattr(stats, field, getattr(lp.stats, field))
 
 
 # ---------------------------------------------------------------------------------------------- public
@@ -365,7 +365,7 @@ def loop(
 
     ``snapshots=None`` keeps everything (records every step). ``storage="disk"`` writes the snapshots to
     files in a fresh folder under ``directory`` (the system's temporary folder by default), removed when the
-    reverse pass ends or fails. ``stats`` is filled in when the reverse pass of the loop ends.
+    reverse pass ends or fails. ``stats`` (a ``Stats``) counts steps, recomputations and snapshot memory.
     """
     _check_snapshots(snapshots, storage)
     if snapshots is None or not tape.is_recording() or nsteps < 1:
@@ -376,12 +376,12 @@ def loop(
         return
     ctx = tape.current()
     assert ctx is not None
-    lp = _Loop(ctx, step, args, storage, directory)
+    lp = _Loop(ctx, step, args, storage, directory, stats)
     lp.stats.nsteps = nsteps
-    sweep = _Sweep(lp, 0, nsteps, snapshots, storage == "disk", held=False)
+    sweep = _Sweep(lp, 0, nsteps, snapshots, held=False)
     with lp.running():
         sweep.run()
-    ctx.record(_LoopRecord(lp, sweep, stats))
+    ctx.record(_LoopRecord(lp, sweep))
 
 
 def while_loop(
@@ -411,7 +411,7 @@ def while_loop(
             stats.nsteps = stats.steps = t
         return t
     assert ctx is not None
-    lp = _Loop(ctx, step, args, storage, directory)
+    lp = _Loop(ctx, step, args, storage, directory, stats)
     store, t, period = lp.store, 0, 1
     with lp.running():
         while cond(*args):
@@ -429,7 +429,7 @@ def while_loop(
     if t == 0:
         store.close()
     else:
-        ctx.record(_WhileRecord(lp, t, snapshots, storage == "disk", stats))
+        ctx.record(_WhileRecord(lp, t, snapshots))
     return t
 
 
