@@ -52,8 +52,10 @@ __all__ = ["Stats", "loop", "segment", "while_loop"]
 
 @dataclass
 class Stats:
-    """What a checkpointed loop did (pass ``stats=Stats()`` to ``loop``/``while_loop``; complete once the
-    loop's reverse pass has run)."""
+    """What a checkpointed loop did: pass ``stats=Stats()`` to ``loop``/``while_loop``.
+
+    Complete once the loop's reverse pass has run.
+    """
 
     nsteps: int = 0  # steps of the loop
     steps: int = 0  # step calls in all: first sweep, recomputations and the recorded re-runs
