@@ -13,6 +13,10 @@ operation at a time, so no ``+=`` is lost. Task records themselves hold no lock 
 
 A task that has not started when someone waits for it runs inline in the waiting thread, so tasks that
 wait for the tasks they spawn never exhaust a bounded pool.
+
+For authors of operations: the guard sees the shadows an operation asked ``ctx.shadow`` for since the
+previous record of the same task, so an operation must ask for its shadows (not cache them across calls)
+before it records. Tasks spawned inside a checkpointed step must be waited for within that step.
 """
 
 from __future__ import annotations
