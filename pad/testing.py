@@ -20,12 +20,12 @@ from pad import tape
 __all__ = ["check_grad"]
 
 
-def _allsum(value: float) -> float:
-    """Sum over MPI ranks when the program runs under MPI, else the value itself."""
+def _allsum(value: float, op: str = "SUM") -> float:
+    """Sum (or ``op="MAX"``) over MPI ranks when the program runs under MPI, else the value itself."""
     mpi_mod = sys.modules.get("mpi4py.MPI")
     if mpi_mod is None or not mpi_mod.Is_initialized() or mpi_mod.Is_finalized():
         return value
-    return float(mpi_mod.COMM_WORLD.allreduce(float(value)))
+    return float(mpi_mod.COMM_WORLD.allreduce(float(value), op=getattr(mpi_mod, op)))
 
 
 def _host(a: Any) -> np.ndarray:
@@ -100,7 +100,7 @@ def check_grad(
         stang = {i: float(rng.uniform(0.5, 1.5)) for i, _ in actives}
         scale = max([1.0] + [float(np.abs(v).max(initial=0.0)) for v in initial.values()])
         scale = max([scale] + [abs(float(a.value)) for _, a in actives])
-        h = step * scale
+        h = step * _allsum(scale, "MAX")  # one step on every rank: J is a sum over ranks
 
         # Forward mode along the direction.
         restore()

@@ -1,0 +1,104 @@
+"""Source-to-source AD of kernels: ``@pad.kernel``, ``@pad.func``, ``pad.local_array``, ``pad.show``.
+
+Source in, generated source out: this package parses a kernel, lowers it to a small IR, transforms it
+(tangent, or forward sweep + adjoint sweep) and prints numba launchers. It knows nothing of tapes or MPI.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from pad.kernel.compiler import MODES, Variant, build
+from pad.kernel.frontend import KernelSyntaxError, Source, kind_of_value
+
+__all__ = ["Func", "Kernel", "KernelSyntaxError", "Variant", "func", "kernel", "local_array", "show"]
+
+
+class Kernel:
+    """A kernel: ``fn(i, *args)`` run for every launch index ``i`` by ``pad.launch``."""
+
+    def __init__(self, fn: Callable[..., Any], fastmath: bool = False) -> None:
+        self.fn = fn
+        self.fastmath = fastmath
+        self._variants: dict[tuple, Variant] = {}
+        self._lock = threading.Lock()
+        Source.of(fn)  # fail early if the source cannot be read
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any) -> Any:
+        raise TypeError(
+            f"kernel {self.fn.__name__} cannot be called directly; launch it: pad.launch({self.fn.__name__}, n, *args)"
+        )
+
+    def variant(self, args: tuple, mode: str, active: tuple[bool, ...] | None = None) -> Variant:
+        """The compiled variant for these arguments (cached per kinds and activity)."""
+        kinds = [kind_of_value(a, f"argument {k + 1} of kernel {self.fn.__name__}") for k, a in enumerate(args)]
+        active = active if active is not None else (False,) * len(args)
+        key = (mode, tuple(kinds), active)
+        hit = self._variants.get(key)
+        if hit is None:
+            with self._lock:
+                hit = self._variants.get(key)
+                if hit is None:
+                    hit = self._variants[key] = build(self.fn, kinds, active, mode, self.fastmath)
+        return hit
+
+    def __repr__(self) -> str:
+        return f"<pad.kernel {self.fn.__module__}.{self.fn.__qualname__}>"
+
+
+class Func:
+    """A helper that kernels call; it is inlined and differentiated through. Called from Python, it runs."""
+
+    _pad_func = True
+
+    def __init__(self, fn: Callable[..., Any]) -> None:
+        self.py_func = fn
+        self.__name__ = fn.__name__
+        Source.of(fn)
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: Any) -> Any:
+        return self.py_func(*args)
+
+
+def kernel(fn: Callable[..., Any] | None = None, *, fastmath: bool = False) -> Any:
+    """Mark a kernel. ``@pad.kernel`` or ``@pad.kernel(fastmath=True)`` (lets numba reassociate sums)."""
+    if fn is None:
+        return lambda f: Kernel(f, fastmath=fastmath)
+    return Kernel(fn, fastmath=fastmath)
+
+
+def func(fn: Callable[..., Any]) -> Func:
+    """Mark a helper callable from kernels and other helpers."""
+    return Func(fn)
+
+
+def local_array(shape: int | tuple[int, ...], dtype: Any = np.float64) -> np.ndarray:
+    """A fixed-size per-iteration array inside a kernel (outside kernels: an uninitialized NumPy array)."""
+    return np.empty(shape, dtype)
+
+
+local_array._pad_local_array = True  # type: ignore[attr-defined]
+
+
+def show(k: Kernel, mode: str = "adjoint", *args: Any, file: Any = None) -> str:
+    """Print (and return) the generated source of ``k`` for ``mode`` and example launch arguments.
+
+    Arguments are given as to ``pad.launch`` (after ``n``), annotated with ``pad.Dup``/``pad.Active`` to
+    say which are active: ``pad.show(step, "adjoint", 2.0, pad.Dup(x, dx), pad.Dup(y, dy))``.
+    """
+    from pad.tape import Active, Const, Dup  # the tape's annotation types; no tape state is used
+
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
+    values = tuple(a.value if isinstance(a, (Dup, Active, Const)) else a for a in args)
+    active = tuple(isinstance(a, (Dup, Active)) for a in args)
+    source = k.variant(values, mode, active if mode != "primal" else None).source
+    print(source, file=file)
+    return source

@@ -1,0 +1,244 @@
+"""Analyses on the IR: scalar types, activity, index ownership, and liveness (with dead-code removal)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pad.kernel.frontend import ArrayKind, Kind, KernelSyntaxError, scalar_type
+from pad.kernel.ir import (
+    Assign,
+    Call,
+    Elem,
+    Expr,
+    Fill,
+    For,
+    If,
+    Lit,
+    LocalArray,
+    Name,
+    Pop,
+    Push,
+    Stmt,
+    Store,
+    While,
+    exprs_of,
+    names_in,
+    walk,
+)
+from pad.kernel.rules import RULES
+
+FLOATS = ("f4", "f8")
+
+
+# ---------------------------------------------------------------------------------------------- types
+def promote(*types: str) -> str:
+    """NumPy/numba promotion of scalar types: any f8 -> f8; f4 with ints -> f8; ints and bools -> int."""
+    if "f8" in types:
+        return "f8"
+    if "f4" in types:
+        return "f4" if all(t == "f4" for t in types) else "f8"
+    return "i" if any(t == "i" for t in types) or len(types) > 1 else types[0]
+
+
+def join(a: str | None, b: str) -> str:
+    if a is None or a == b:
+        return b
+    return promote(a, b)
+
+
+def infer_types(body: list[Stmt], kinds: dict[str, Kind]) -> dict[str, str]:
+    """Scalar type ("b", "i", "f4", "f8") of every variable, iterated to a fixed point over loops."""
+    types: dict[str, str] = {n: k for n, k in kinds.items() if isinstance(k, str)}
+    changed = True
+    while changed:
+        changed = False
+        for s in walk(body):
+            target, ty = None, None
+            if isinstance(s, Assign):
+                target, ty = s.target, expr_type(s.value, types, kinds)
+            elif isinstance(s, For):
+                target, ty = s.var, "i"
+            if target is not None and ty is not None:
+                new = join(types.get(target), ty)
+                if new != types.get(target):
+                    types[target] = new
+                    changed = True
+    return types
+
+
+def expr_type(e: Expr, types: dict[str, str], kinds: dict[str, Kind]) -> str | None:
+    if isinstance(e, Lit):
+        return "b" if isinstance(e.value, bool) else ("i" if isinstance(e.value, int) else "f8")
+    if isinstance(e, Name):
+        return types.get(e.id)
+    if isinstance(e, Elem):
+        kind = kinds[e.array]
+        assert isinstance(kind, ArrayKind)
+        return scalar_type(kind.dtype)
+    assert isinstance(e, Call)
+    rule = RULES[e.op]
+    if rule.result in ("bool", "int", "f4", "f8"):
+        return {"bool": "b", "int": "i"}.get(rule.result, rule.result)
+    args = e.args[1:] if e.op == "select" else e.args
+    arg_types = [expr_type(a, types, kinds) for a in args]
+    if any(t is None for t in arg_types):
+        return None
+    known = [t for t in arg_types if t is not None]
+    if rule.result == "same":
+        return "i" if known[0] == "b" and e.op != "copy" else known[0]
+    ty = promote(*known)
+    if rule.result == "float" and ty not in FLOATS:
+        return "f8"
+    return ty
+
+
+# ---------------------------------------------------------------------------------------------- activity
+@dataclass
+class Activity:
+    """Which scalars and arrays carry derivatives (depend on an active input and are floating point)."""
+
+    scalars: set[str]
+    arrays: set[str]
+
+    def expr(self, e: Expr) -> bool:
+        if isinstance(e, Name):
+            return e.id in self.scalars
+        if isinstance(e, Elem):
+            return e.array in self.arrays
+        if isinstance(e, Call):
+            rule = RULES[e.op]
+            return rule.partials is not None and any(self.expr(a) for a in e.args)
+        return False
+
+
+def activity(body: list[Stmt], types: dict[str, str], active_inputs: set[str], kinds: dict[str, Kind]) -> Activity:
+    """Forward (varied) activity from the active parameters and arrays, to a fixed point."""
+    act = Activity(
+        {n for n in active_inputs if isinstance(kinds.get(n), str)},
+        {n for n in active_inputs if isinstance(kinds.get(n), ArrayKind)},
+    )
+    changed = True
+    while changed:
+        changed = False
+        for s in walk(body):
+            if isinstance(s, Assign) and s.target not in act.scalars and types.get(s.target) in FLOATS:
+                if act.expr(s.value):
+                    act.scalars.add(s.target)
+                    changed = True
+            elif isinstance(s, Store) and s.array not in act.arrays:
+                kind = kinds[s.array]
+                if isinstance(kind, ArrayKind) and kind.local and kind.dtype.kind == "f" and act.expr(s.value):
+                    act.arrays.add(s.array)
+                    changed = True
+    return act
+
+
+# ---------------------------------------------------------------------------------------------- ownership
+def owned(index: tuple[Expr, ...], launch_index: str) -> bool:
+    """An element whose index contains the launch index itself belongs to one iteration."""
+    return any(isinstance(x, Name) and x.id == launch_index for x in index)
+
+
+def reduced_arrays(body: list[Stmt], launch_index: str, kinds: dict[str, Kind], filename: str) -> set[str]:
+    """Global arrays updated by ``a[j] += v`` at indices iterations may share; these get privatized.
+
+    Such an array may not also be read or plainly written in the same kernel: the result would depend on
+    the order of iterations.
+    """
+    shared: dict[str, Store] = {}
+    for s in walk(body):
+        if isinstance(s, Store) and s.accumulate and not owned(s.index, launch_index):
+            kind = kinds[s.array]
+            if isinstance(kind, ArrayKind) and not kind.local:
+                shared.setdefault(s.array, s)
+    for s in walk(body):
+        conflict = None
+        if isinstance(s, Store) and not s.accumulate and s.array in shared:
+            conflict = "written"
+        elif any(isinstance(e, Elem) and e.array in shared for e in exprs_of(s)):
+            conflict = "read"
+        if conflict:
+            name = next(iter(a for a in shared if a in _arrays_touched(s)))
+            raise KernelSyntaxError(
+                f"{filename}:{shared[name].line}: {name!r} is reduced into with `{name}[j] += ...` at an index other "
+                f"iterations may share, and also {conflict} at line {s.line}; iterations run in any order, so "
+                "this is a race. Reduce into a separate array, or index the other accesses by the launch index."
+            )
+    return set(shared)
+
+
+def _arrays_touched(s: Stmt) -> set[str]:
+    out = {e.array for e in exprs_of(s) if isinstance(e, Elem)}
+    if isinstance(s, Store):
+        out.add(s.array)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- liveness
+def liveness(stmts: list[Stmt], live_out: set[str], prune: bool) -> tuple[list[Stmt], set[str]]:
+    """Backward liveness over structured code. Returns (statements, variables live on entry).
+
+    With ``prune``, assignments to dead variables and statements left empty are removed (stores, pushes,
+    pops and fills have effects and stay). Without it, nothing is removed and the result is the set of
+    upward-exposed uses.
+    """
+    live = set(live_out)
+    out: list[Stmt] = []
+    for s in reversed(stmts):
+        if isinstance(s, Assign):
+            if prune and s.target not in live:
+                continue
+            live.discard(s.target)
+            live.update(names_in(s.value))
+            out.append(s)
+        elif isinstance(s, Pop):
+            live.discard(s.target)
+            out.append(s)
+        elif isinstance(s, (Store, Push, Fill)):
+            for e in exprs_of(s):
+                live.update(names_in(e))
+            out.append(s)
+        elif isinstance(s, LocalArray):
+            out.append(s)
+        elif isinstance(s, If):
+            body, lb = liveness(s.body, live, prune)
+            orelse, lo = liveness(s.orelse, live, prune)
+            if prune and not body and not orelse:
+                continue
+            live = lb | lo | set(names_in(s.cond))
+            out.append(If(s.cond, body, orelse, line=s.line))
+        elif isinstance(s, For):
+            loop_live = set(live)
+            while True:
+                body, lb = liveness(s.body, loop_live, prune)
+                new = loop_live | (lb - {s.var})
+                if new == loop_live:
+                    break
+                loop_live = new
+            if prune and not body:
+                continue
+            live = loop_live | (lb - {s.var})
+            for e in (s.start, s.stop, s.step):
+                live.update(names_in(e))
+            out.append(For(s.var, s.start, s.stop, s.step, body, line=s.line))
+        elif isinstance(s, While):
+            loop_live = set(live)
+            while True:
+                body, lb = liveness(s.body, loop_live, prune)
+                test, lt = liveness(s.test, loop_live | lb | set(names_in(s.cond)), prune)
+                new = loop_live | lt
+                if new == loop_live:
+                    break
+                loop_live = new
+            if prune and not body and not (_assigned_in(test) & live):
+                continue
+            live = loop_live | lt
+            out.append(While(test, s.cond, body, line=s.line))
+        else:
+            raise AssertionError(f"unexpected statement {s}")
+    out.reverse()
+    return out, live
+
+
+def _assigned_in(stmts: list[Stmt]) -> set[str]:
+    return {s.target for s in walk(stmts) if isinstance(s, Assign)}

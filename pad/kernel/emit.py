@@ -1,0 +1,187 @@
+"""Print IR as Python source: one numba launcher per kernel variant (primal, tangent, adjoint).
+
+A launcher runs the launch indices in ``nchunks`` contiguous chunks, one per thread (``prange``). Everything
+a thread needs privately is set up once per chunk, outside the hot loop: local arrays and their shadows,
+the stacks of the reverse sweep, views of private accumulation buffers, and accumulators of active scalars.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pad.kernel.frontend import ArrayKind, Kind
+from pad.kernel.ir import (
+    Assign,
+    Call,
+    Elem,
+    Expr,
+    Fill,
+    For,
+    If,
+    Lit,
+    LocalArray,
+    Name,
+    Pop,
+    Push,
+    Stmt,
+    Store,
+    While,
+    walk,
+)
+from pad.kernel.rules import RULES
+
+_PREFIXES = ("_pv", "_b_", "_d_")
+
+
+def base_name(name: str) -> str:
+    """The primal name behind a shadow, tangent or private-buffer name."""
+    changed = True
+    while changed:
+        changed = False
+        for p in _PREFIXES:
+            if name.startswith(p):
+                name, changed = name[len(p) :], True
+    return name
+
+
+_ZERO = {"f4": "np.float32(0.0)", "f8": "0.0", "i": "0", "b": "False"}
+_CAST = {"f4": "np.float32({})", "f8": "{}", "i": "{}", "b": "({} != 0)"}
+
+
+@dataclass
+class Printer:
+    """Prints statements; typed literals take the precision of the value they are assigned to."""
+
+    types: dict[str, str]
+    kinds: dict[str, Kind]
+    lines: list[str] = field(default_factory=list)
+
+    def type_of(self, name: str) -> str:
+        base = base_name(name)
+        kind = self.kinds.get(base)
+        if isinstance(kind, ArrayKind):
+            return "f4" if kind.dtype == np.float32 else "f8"
+        return self.types.get(name) or self.types.get(base, "f8")
+
+    def expr(self, e: Expr, ty: str) -> str:
+        if isinstance(e, Name):
+            return e.id
+        if isinstance(e, Lit):
+            if e.typed and ty == "f4" and not isinstance(e.value, bool):
+                return f"np.float32({float(e.value)!r})"
+            if e.typed and not isinstance(e.value, bool):
+                return repr(float(e.value))
+            return repr(e.value)
+        if isinstance(e, Elem):
+            return f"{e.array}[{', '.join(self.expr(x, 'i') for x in e.index)}]"
+        assert isinstance(e, Call)
+        return RULES[e.op].template.format(*(self.expr(a, ty) for a in e.args))
+
+    def emit(self, stmts: list[Stmt], indent: int) -> None:
+        pad = "    " * indent
+        for s in stmts:
+            if isinstance(s, Assign):
+                self.lines.append(f"{pad}{s.target} = {self.expr(s.value, self.type_of(s.target))}")
+            elif isinstance(s, Store):
+                op = "+=" if s.accumulate else "="
+                index = ", ".join(self.expr(x, "i") for x in s.index)
+                self.lines.append(f"{pad}{s.array}[{index}] {op} {self.expr(s.value, self.type_of(s.array))}")
+            elif isinstance(s, If):
+                self.lines.append(f"{pad}if {self.expr(s.cond, 'b')}:")
+                self.emit(s.body or [], indent + 1)
+                if not s.body:
+                    self.lines.append(f"{pad}    pass")
+                if s.orelse:
+                    self.lines.append(f"{pad}else:")
+                    self.emit(s.orelse, indent + 1)
+            elif isinstance(s, For):
+                bounds = ", ".join(self.expr(x, "i") for x in (s.start, s.stop, s.step))
+                self.lines.append(f"{pad}for {s.var} in range({bounds}):")
+                self.emit(s.body, indent + 1)
+                if not s.body:
+                    self.lines.append(f"{pad}    pass")
+            elif isinstance(s, While):
+                self.lines.append(f"{pad}while True:")
+                self.emit(s.test, indent + 1)
+                self.lines.append(f"{pad}    if not {self.expr(s.cond, 'b')}:")
+                self.lines.append(f"{pad}        break")
+                self.emit(s.body, indent + 1)
+            elif isinstance(s, Push):
+                value = self.expr(s.value, "f8")
+                self.lines.append(f"{pad}_s{s.kind}, _n{s.kind} = push_{s.kind}(_s{s.kind}, _n{s.kind}, {value})")
+            elif isinstance(s, Pop):
+                self.lines.append(f"{pad}_n{s.kind} -= 1")
+                self.lines.append(f"{pad}{s.target} = {_CAST[s.ty].format(f'_s{s.kind}[_n{s.kind}]')}")
+            elif isinstance(s, Fill):
+                self.lines.append(f"{pad}{s.array}[...] = {self.expr(s.value, self.type_of(s.array))}")
+            elif isinstance(s, LocalArray):
+                continue  # allocated once per chunk
+            else:
+                raise AssertionError(f"cannot print {s}")
+
+
+@dataclass
+class Launcher:
+    """What a launcher needs besides the kernel's own parameters."""
+
+    name: str
+    params: list[str]  # kernel parameters (IR names), after the launch index
+    extras: list[str] = field(default_factory=list)  # shadows, tangents, private buffers, outputs
+    privates: list[str] = field(default_factory=list)  # buffer names (``_priv<x>``) of privatized arrays
+    accumulators: list[str] = field(default_factory=list)  # adjoints of active scalars, summed per chunk
+    locals: list[LocalArray] = field(default_factory=list)  # per-thread arrays: local arrays and their shadows
+
+
+def launcher_source(
+    launcher: Launcher,
+    launch_index: str,
+    body: list[Stmt],
+    types: dict[str, str],
+    kinds: dict[str, Kind],
+    init: list[str],
+    fastmath: bool,
+) -> str:
+    """The Python source of a ``@njit(parallel=True)`` launcher running ``body`` for every launch index."""
+    p = Printer(types, kinds)
+    args = ", ".join(["_n", "_nchunks", *launcher.params, *launcher.extras])
+    p.lines += [
+        f"@njit(parallel=True, cache=True, fastmath={fastmath}, error_model='numpy')",
+        f"def {launcher.name}({args}):",
+        "    for _c in prange(_nchunks):",
+        "        _lo = _n * _c // _nchunks",
+        "        _hi = _n * (_c + 1) // _nchunks",
+    ]
+    for local in launcher.locals:
+        p.lines.append(f"        {local.target} = np.zeros({local.shape}, np.{local.dtype.name})")
+    kinds_used = sorted({s.kind for s in walk(body) if isinstance(s, (Push, Pop))})
+    for k in kinds_used:
+        p.lines.append(f"        _s{k} = np.empty(64, np.{'float64' if k == 'f' else 'int64'})")
+    for buf in launcher.privates:
+        p.lines.append(f"        _pv{buf[len('_priv'):]} = {buf}[_c]")
+    for acc in launcher.accumulators:
+        p.lines.append(f"        _acc{acc} = {_ZERO[p.type_of(acc)]}")
+    p.lines.append(f"        for {launch_index} in range(_lo, _hi):")
+    for k in kinds_used:
+        p.lines.append(f"            _n{k} = 0")
+    for name in init:
+        p.lines.append(f"            {name} = {_ZERO.get(p.type_of(name), '0.0')}")
+    p.emit(body, 3)
+    for acc in launcher.accumulators:
+        p.lines.append(f"            _acc{acc} += {acc}")
+    for k, acc in enumerate(launcher.accumulators):
+        p.lines.append(f"        _act[_c, {k}] = _acc{acc}")
+    return "\n".join(p.lines) + "\n"
+
+
+MODULE_HEADER = """\
+# Generated by pad from {origin}. Do not edit: regenerated when the kernel changes.
+import math
+
+import numpy as np
+from numba import njit, prange
+
+from pad.kernel.runtime import push_f, push_i
+
+"""

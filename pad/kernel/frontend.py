@@ -1,0 +1,856 @@
+"""Frontend: parse a kernel's Python source, check it is in the supported subset, lower it to the IR.
+
+Lowering produces three-address code (every operation's result is a fresh temporary; user variables are
+assigned by ``copy``), inlines ``@pad.func`` helpers with their variables renamed, flattens tuples into
+scalars, and finally normalizes control flow: ``break``, ``continue`` and ``return`` become flags that guard
+the rest of their block, so the transformations only see ``if``/``for``/``while``.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import textwrap
+import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from pad.kernel.ir import (
+    Assign,
+    Break,
+    Call,
+    Continue,
+    Elem,
+    Expr,
+    For,
+    If,
+    Lit,
+    LocalArray,
+    Name,
+    Return,
+    Stmt,
+    Store,
+    While,
+    walk,
+)
+from pad.kernel.rules import BUILTINS, FUNCTIONS, MATH_ONLY, NUMPY_ONLY
+
+
+class KernelSyntaxError(SyntaxError):
+    """A kernel or helper uses a construct pad cannot compile or differentiate."""
+
+
+# ---------------------------------------------------------------------------------------------- signatures
+@dataclass(frozen=True)
+class ArrayKind:
+    dtype: np.dtype
+    ndim: int
+    local: bool = False
+
+
+@dataclass(frozen=True)
+class TupleKind:
+    items: tuple[str, ...]
+
+
+Kind = ArrayKind | TupleKind | str  # str: scalar type "b", "i", "f4" or "f8"
+
+
+def scalar_type(dtype: np.dtype) -> str:
+    if dtype.kind == "f":
+        return "f4" if dtype.itemsize == 4 else "f8"
+    if dtype.kind == "b":
+        return "b"
+    if dtype.kind in "iu":
+        return "i"
+    raise TypeError(f"unsupported dtype {dtype} (kernels take float, int and bool arrays)")
+
+
+# ---------------------------------------------------------------------------------------------- source
+@dataclass
+class Source:
+    """A parsed Python function and where it came from (for error messages)."""
+
+    fn: Callable[..., Any]
+    tree: ast.FunctionDef
+    filename: str
+    first_line: int
+    env: dict[str, Any]
+
+    @classmethod
+    def of(cls, fn: Callable[..., Any]) -> Source:
+        try:
+            lines, first = inspect.getsourcelines(fn)
+        except (OSError, TypeError) as exc:
+            raise KernelSyntaxError(f"cannot read the source of {fn!r}: {exc}") from None
+        module = ast.parse(textwrap.dedent("".join(lines)))
+        tree = module.body[0]
+        if not isinstance(tree, ast.FunctionDef):
+            raise KernelSyntaxError(f"{fn!r} is not a plain function definition")
+        env = dict(fn.__globals__)
+        if fn.__closure__:
+            env.update(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__), strict=True))
+        return cls(fn, tree, inspect.getsourcefile(fn) or "<unknown>", first - 1, env)
+
+    def error(self, node: ast.AST | None, what: str, instead: str = "") -> KernelSyntaxError:
+        line = self.first_line + getattr(node, "lineno", 1)
+        msg = f"{self.filename}:{line}: in {self.fn.__name__}: {what}"
+        if instead:
+            msg += f"; {instead}"
+        return KernelSyntaxError(msg)
+
+    def line(self, node: ast.AST) -> int:
+        return self.first_line + getattr(node, "lineno", 1)
+
+
+class Namer:
+    """Fresh names for temporaries, flags and inlined helpers' variables."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def fresh(self, stem: str = "t") -> str:
+        self.count += 1
+        return f"_{stem}{self.count}"
+
+
+_AUGOPS = {ast.Add: "add", ast.Sub: "sub", ast.Mult: "mul", ast.Div: "div", ast.Pow: "pow", ast.FloorDiv: "floordiv", ast.Mod: "mod"}
+_CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
+
+
+def _is_helper(obj: Any) -> bool:
+    return getattr(obj, "_pad_func", False)
+
+
+def _is_local_array(obj: Any) -> bool:
+    return getattr(obj, "_pad_local_array", False)
+
+
+# ---------------------------------------------------------------------------------------------- lowering
+@dataclass
+class Scope:
+    """What names mean inside one function body (the kernel or one inlined helper call)."""
+
+    src: Source
+    prefix: str
+    scalars: dict[str, str] = field(default_factory=dict)
+    arrays: dict[str, str] = field(default_factory=dict)
+    tuples: dict[str, list[Expr]] = field(default_factory=dict)
+
+
+class Lowering:
+    """Lowers one kernel (with its helpers inlined) to IR statements."""
+
+    def __init__(self, namer: Namer, kinds: dict[str, Kind], depth: int = 0) -> None:
+        self.namer = namer
+        self.kinds = kinds  # IR name -> kind, for arrays, tuples and typed scalars the lowering introduces
+        self.depth = depth
+
+    # -- scopes ----------------------------------------------------------------------------------------
+    def var(self, scope: Scope, name: str) -> str:
+        """The IR name of user variable ``name`` (created on first assignment)."""
+        if name not in scope.scalars:
+            base = f"_u{name}" if name.startswith("_") else name
+            scope.scalars[name] = f"{scope.prefix}{base}"
+        return scope.scalars[name]
+
+    def temp(self, stem: str = "t") -> str:
+        return self.namer.fresh(stem)
+
+    # -- expressions -----------------------------------------------------------------------------------
+    def expr(self, scope: Scope, node: ast.expr, out: list[Stmt]) -> Expr:
+        """Lower an expression to an atom (``Name`` or ``Lit``), appending the statements it needs."""
+        src = scope.src
+        line = src.line(node)
+        if isinstance(node, ast.Constant):
+            if isinstance(node.value, (bool, int, float)):
+                return Lit(node.value)
+            raise src.error(node, f"the constant {node.value!r} is not a number", "kernels compute with numbers")
+        if isinstance(node, ast.Name):
+            return self.name(scope, node)
+        if isinstance(node, ast.BinOp):
+            op = _AUGOPS.get(type(node.op))
+            if op is None:
+                raise src.error(node, f"the operator {type(node.op).__name__} is not supported", "use + - * / ** // %")
+            a = self.expr(scope, node.left, out)
+            b = self.expr(scope, node.right, out)
+            return self.emit(out, Call(op, (a, b)), line)
+        if isinstance(node, ast.UnaryOp):
+            a = self.expr(scope, node.operand, out)
+            if isinstance(node.op, ast.USub):
+                return self.emit(out, Call("neg", (a,)), line)
+            if isinstance(node.op, ast.UAdd):
+                return a
+            if isinstance(node.op, ast.Not):
+                return self.emit(out, Call("not", (a,)), line)
+            raise src.error(node, "bitwise inversion (~) is not supported", "use `not` on conditions")
+        if isinstance(node, ast.Compare):
+            return self.compare(scope, node, out)
+        if isinstance(node, ast.BoolOp):
+            return self.boolop(scope, node, out)
+        if isinstance(node, ast.IfExp):
+            cond = self.expr(scope, node.test, out)
+            result = self.temp()
+            body: list[Stmt] = []
+            orelse: list[Stmt] = []
+            body.append(Assign(result, Call("copy", (self.expr(scope, node.body, body),)), line=line))
+            orelse.append(Assign(result, Call("copy", (self.expr(scope, node.orelse, orelse),)), line=line))
+            out.append(If(cond, body, orelse, line=line))
+            return Name(result)
+        if isinstance(node, ast.Call):
+            values = self.call(scope, node, out)
+            if len(values) != 1:
+                raise src.error(node, "a helper returning a tuple is used as a single value", "unpack it: a, b = f(...)")
+            return values[0]
+        if isinstance(node, ast.Subscript):
+            return self.subscript(scope, node, out)
+        if isinstance(node, ast.Attribute):
+            value = self.attribute(scope, node)
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                return Lit(value)
+            raise src.error(node, f"the attribute {ast.unparse(node)} is not a number")
+        if isinstance(node, ast.Tuple):
+            raise src.error(node, "a tuple is used as a value here", "tuples can be assigned, unpacked or returned")
+        raise src.error(node, f"the expression {type(node).__name__} ({ast.unparse(node)}) is not supported in kernels")
+
+    def emit(self, out: list[Stmt], value: Expr, line: int) -> Name:
+        t = self.temp()
+        out.append(Assign(t, value, line=line))
+        return Name(t)
+
+    def name(self, scope: Scope, node: ast.Name) -> Expr:
+        n = node.id
+        if n in scope.scalars:
+            return Name(scope.scalars[n])
+        if n in scope.arrays or n in scope.tuples:
+            raise scope.src.error(node, f"the array or tuple {n!r} is used as a scalar", "index it")
+        value = scope.src.env.get(n, getattr(__builtins__, n, None) if not isinstance(__builtins__, dict) else __builtins__.get(n))
+        if isinstance(value, (bool, int, float, np.integer, np.floating)):
+            return Lit(value.item() if isinstance(value, np.generic) else value)
+        raise scope.src.error(
+            node, f"the name {n!r} is not a local variable, a parameter or a numeric global", "pass it as a kernel argument"
+        )
+
+    def attribute(self, scope: Scope, node: ast.Attribute) -> Any:
+        """Resolve ``module.attr`` chains such as ``math.pi`` or ``np.float32`` in the function's globals."""
+        parts: list[str] = []
+        base: ast.expr = node
+        while isinstance(base, ast.Attribute):
+            parts.append(base.attr)
+            base = base.value
+        if not isinstance(base, ast.Name) or base.id in scope.scalars or base.id in scope.arrays:
+            raise scope.src.error(node, f"the attribute access {ast.unparse(node)} is not supported")
+        obj = scope.src.env.get(base.id)
+        for p in reversed(parts):
+            obj = getattr(obj, p, None)
+        if obj is None:
+            raise scope.src.error(node, f"{ast.unparse(node)} cannot be resolved")
+        return obj
+
+    def compare(self, scope: Scope, node: ast.Compare, out: list[Stmt]) -> Expr:
+        line = scope.src.line(node)
+        left = self.expr(scope, node.left, out)
+        result: Expr | None = None
+        for op, right_node in zip(node.ops, node.comparators, strict=True):
+            name = _CMPOPS.get(type(op))
+            if name is None:
+                raise scope.src.error(node, f"the comparison {type(op).__name__} is not supported", "use < <= > >= == !=")
+            right = self.expr(scope, right_node, out)
+            c = self.emit(out, Call(name, (left, right)), line)
+            result = c if result is None else self.emit(out, Call("and", (result, c)), line)
+            left = right
+        assert result is not None
+        return result
+
+    def boolop(self, scope: Scope, node: ast.BoolOp, out: list[Stmt]) -> Expr:
+        """``a and b`` / ``a or b`` with short-circuit evaluation (``b`` may index out of range otherwise)."""
+        line = scope.src.line(node)
+        result = self.temp()
+        first = self.expr(scope, node.values[0], out)
+        out.append(Assign(result, Call("bool", (first,)), line=line))
+        for value in node.values[1:]:
+            rest: list[Stmt] = []
+            v = self.expr(scope, value, rest)
+            rest.append(Assign(result, Call("bool", (v,)), line=line))
+            if isinstance(node.op, ast.And):
+                out.append(If(Name(result), rest, [], line=line))
+            else:
+                out.append(If(Name(result), [], rest, line=line))
+        return Name(result)
+
+    def subscript(self, scope: Scope, node: ast.Subscript, out: list[Stmt]) -> Expr:
+        value = node.value
+        if isinstance(value, ast.Attribute) and value.attr == "shape" and isinstance(value.value, ast.Name):
+            array = self.array_arg(scope, value.value)
+            axis = self.constant_int(scope, node.slice)
+            return self.emit(out, Call("shape", (Name(array), Lit(axis))), scope.src.line(node))
+        base, index = self.element(scope, node, out)
+        if base in scope.tuples:
+            return scope.tuples[base][index]  # type: ignore[index]
+        return self.emit(out, Elem(base, index), scope.src.line(node))
+
+    def element(self, scope: Scope, node: ast.Subscript, out: list[Stmt]) -> tuple[str, Any]:
+        """Resolve ``a[i][j]`` / ``a[i, j]`` to (IR array name, index atoms), or a tuple and its item."""
+        indices: list[ast.expr] = []
+        base: ast.expr = node
+        while isinstance(base, ast.Subscript):
+            sl = base.slice
+            indices[:0] = list(sl.elts) if isinstance(sl, ast.Tuple) else [sl]
+            base = base.value
+        if not isinstance(base, ast.Name):
+            raise scope.src.error(node, f"cannot index {ast.unparse(base)}", "index arrays by name")
+        for ix in indices:
+            if isinstance(ix, ast.Slice):
+                raise scope.src.error(node, "slices are not supported in kernels", "index single elements in a loop")
+        if base.id in scope.tuples:
+            if len(indices) != 1 or not isinstance(indices[0], ast.Constant) or not isinstance(indices[0].value, int):
+                raise scope.src.error(node, "tuples can only be indexed by an integer constant", "unpack the tuple instead")
+            return base.id, indices[0].value
+        if base.id not in scope.arrays:
+            raise scope.src.error(node, f"{base.id!r} is not an array", "only arrays and tuples can be indexed")
+        array = scope.arrays[base.id]
+        kind = self.kinds[array]
+        assert isinstance(kind, ArrayKind)
+        if len(indices) != kind.ndim:
+            raise scope.src.error(node, f"{base.id!r} has {kind.ndim} dimensions but is indexed with {len(indices)}", "index every dimension")
+        return array, tuple(self.expr(scope, ix, out) for ix in indices)
+
+    # -- calls -----------------------------------------------------------------------------------------
+    def call(self, scope: Scope, node: ast.Call, out: list[Stmt]) -> list[Expr]:
+        src = scope.src
+        line = src.line(node)
+        if node.keywords:
+            raise src.error(node, "keyword arguments are not supported in kernel calls", "pass arguments by position")
+        fn_name, target = self.callee(scope, node)
+        if _is_helper(target):
+            return self.inline(scope, target, node, out)
+        if fn_name == "len":
+            array = self.array_arg(scope, node.args[0])
+            return [self.emit(out, Call("shape", (Name(array), Lit(0))), line)]
+        if fn_name is None:
+            raise src.error(node, f"the call {ast.unparse(node.func)}(...) is not supported in kernels",
+                            "kernels call math/numpy scalar functions and @pad.func helpers")
+        args = [self.expr(scope, a, out) for a in node.args]
+        if fn_name in ("min", "max") and len(args) > 2:
+            acc = args[0]
+            for a in args[1:]:
+                acc = self.emit(out, Call(fn_name, (acc, a)), line)
+            return [acc]
+        return [self.emit(out, Call(fn_name, tuple(args)), line)]
+
+    def array_arg(self, scope: Scope, node: ast.expr) -> str:
+        if isinstance(node, ast.Name) and node.id in scope.arrays:
+            return scope.arrays[node.id]
+        raise scope.src.error(node, f"{ast.unparse(node)} is not an array")
+
+    def callee(self, scope: Scope, node: ast.Call) -> tuple[str | None, Any]:
+        """Map the called object to a rule name (or a helper object)."""
+        func = node.func
+        if isinstance(func, ast.Name):
+            if func.id in scope.scalars or func.id in scope.arrays:
+                raise scope.src.error(node, f"{func.id!r} is a variable, not a function")
+            obj = scope.src.env.get(func.id)
+            if obj is None and func.id in BUILTINS:
+                return BUILTINS[func.id], None
+            if func.id == "len" and obj is None:
+                return "len", None
+        else:
+            obj = self.attribute(scope, func) if isinstance(func, ast.Attribute) else None
+        if _is_helper(obj):
+            return "helper", obj
+        if _is_local_array(obj):
+            raise scope.src.error(node, "pad.local_array(...) must be assigned to a name", "write a = pad.local_array(shape)")
+        if isinstance(obj, types.BuiltinFunctionType) and obj.__module__ == "math":
+            name = obj.__name__
+            if name == "cbrt":
+                return "cbrt", None
+            return MATH_ONLY.get(name) or FUNCTIONS.get(name), None
+        if isinstance(obj, (np.ufunc, type)) or (callable(obj) and getattr(obj, "__module__", "").startswith("numpy")):
+            name = getattr(obj, "__name__", "")
+            return NUMPY_ONLY.get(name) or FUNCTIONS.get(name), None
+        if obj in (min, max, abs, int, float, bool):
+            return BUILTINS[obj.__name__], None
+        return None, None
+
+    def inline(self, scope: Scope, helper: Any, node: ast.Call, out: list[Stmt]) -> list[Expr]:
+        """Inline a ``@pad.func`` call: bind its parameters, lower its body, and return its result atoms."""
+        if self.depth > 32:
+            raise scope.src.error(node, f"helper {helper.__name__} recurses", "helpers cannot be recursive")
+        src = Source.of(helper.py_func)
+        params = [a.arg for a in src.tree.args.args]
+        if len(params) != len(node.args):
+            raise scope.src.error(node, f"{helper.__name__} takes {len(params)} arguments, {len(node.args)} given")
+        inner = Scope(src, self.namer.fresh(helper.__name__) + "_")
+        line = scope.src.line(node)
+        for p, a in zip(params, node.args, strict=True):
+            if isinstance(a, ast.Name) and a.id in scope.arrays:
+                inner.arrays[p] = scope.arrays[a.id]
+            elif isinstance(a, ast.Name) and a.id in scope.tuples:
+                inner.tuples[p] = list(scope.tuples[a.id])
+            elif isinstance(a, ast.Tuple):
+                inner.tuples[p] = [self.expr(scope, e, out) for e in a.elts]
+            else:
+                value = self.expr(scope, a, out)
+                out.append(Assign(self.var(inner, p), Call("copy", (value,)), line=line))
+        body: list[Stmt] = []
+        sub = Lowering(self.namer, self.kinds, self.depth + 1)
+        results = sub.function_body(inner, body)
+        out.extend(body)
+        return results
+
+    # -- statements ------------------------------------------------------------------------------------
+    def function_body(self, scope: Scope, out: list[Stmt]) -> list[Expr]:
+        """Lower a helper's body; returns its result atoms (``return`` becomes assignments plus a flag)."""
+        tree = scope.src.tree
+        returns = [n for n in ast.walk(tree) if isinstance(n, ast.Return)]
+        arity = {len(n.value.elts) if isinstance(n.value, ast.Tuple) else (0 if n.value is None else 1) for n in returns}
+        if len(arity) > 1:
+            raise scope.src.error(tree, "returns values of different shapes", "return the same number of values everywhere")
+        count = arity.pop() if arity else 0
+        results = [Name(f"{scope.prefix}ret{k}") for k in range(count)]
+        body = self.block(scope, tree.body)
+        out.extend(normalize(body, results, self.namer))
+        return list(results)
+
+    def block(self, scope: Scope, nodes: list[ast.stmt]) -> list[Stmt]:
+        out: list[Stmt] = []
+        for node in nodes:
+            self.stmt(scope, node, out)
+        return out
+
+    def stmt(self, scope: Scope, node: ast.stmt, out: list[Stmt]) -> None:
+        src = scope.src
+        line = src.line(node)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            if node.value is None:
+                return
+            if len(targets) > 1:
+                value = self.expr(scope, node.value, out)
+                for t in targets:
+                    self.assign(scope, t, [value], out, line)
+                return
+            self.assign_from(scope, targets[0], node.value, out, line)
+        elif isinstance(node, ast.AugAssign):
+            self.augassign(scope, node, out)
+        elif isinstance(node, ast.If):
+            cond = self.expr(scope, node.test, out)
+            out.append(If(cond, self.block(scope, node.body), self.block(scope, node.orelse), line=line))
+        elif isinstance(node, ast.For):
+            self.for_loop(scope, node, out)
+        elif isinstance(node, ast.While):
+            if node.orelse:
+                raise src.error(node, "while ... else is not supported", "use a flag")
+            test: list[Stmt] = []
+            cond = self.expr(scope, node.test, test)
+            out.append(While(test, cond, self.block(scope, node.body), line=line))
+        elif isinstance(node, ast.Break):
+            out.append(Break(line=line))
+        elif isinstance(node, ast.Continue):
+            out.append(Continue(line=line))
+        elif isinstance(node, ast.Return):
+            values: list[Expr] = []
+            if node.value is not None:
+                elts = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+                for e in elts:
+                    if isinstance(e, ast.Name) and e.id in scope.tuples:
+                        raise src.error(node, "returning a tuple variable is not supported", "return its items: return t[0], t[1]")
+                    values.append(self.expr(scope, e, out))
+            out.append(Return(values, line=line))
+        elif isinstance(node, ast.Expr):
+            if isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+                return  # docstring
+            if isinstance(node.value, ast.Call):
+                self.call(scope, node.value, out)
+                return
+            raise src.error(node, "an expression statement has no effect", "assign its value or remove it")
+        elif isinstance(node, ast.Pass):
+            return
+        else:
+            raise src.error(node, f"the statement {type(node).__name__} is not supported in kernels",
+                            "kernels use assignments, if, for ... in range, while, break, continue and return")
+
+    def assign_from(self, scope: Scope, target: ast.expr, value: ast.expr, out: list[Stmt], line: int) -> None:
+        src = scope.src
+        if isinstance(value, ast.Call) and _is_local_array(self.callee_object(scope, value)):
+            if not isinstance(target, ast.Name):
+                raise src.error(value, "pad.local_array(...) must be assigned to a name")
+            self.local_array(scope, target.id, value, out, line)
+            return
+        if isinstance(value, ast.Tuple):
+            atoms = [self.expr(scope, e, out) for e in value.elts]
+        elif isinstance(value, ast.Name) and value.id in scope.tuples:
+            atoms = list(scope.tuples[value.id])
+        elif isinstance(value, ast.Name) and value.id in scope.arrays:
+            if not isinstance(target, ast.Name):
+                raise src.error(value, "arrays can only be aliased by name")
+            scope.arrays[target.id] = scope.arrays[value.id]
+            return
+        elif isinstance(value, ast.Call):
+            atoms = self.call(scope, value, out)
+        else:
+            atoms = [self.expr(scope, value, out)]
+        self.assign(scope, target, atoms, out, line)
+
+    def callee_object(self, scope: Scope, node: ast.Call) -> Any:
+        func = node.func
+        if isinstance(func, ast.Name):
+            return scope.src.env.get(func.id)
+        if isinstance(func, ast.Attribute):
+            try:
+                return self.attribute(scope, func)
+            except KernelSyntaxError:
+                return None
+        return None
+
+    def assign(self, scope: Scope, target: ast.expr, atoms: list[Expr], out: list[Stmt], line: int) -> None:
+        src = scope.src
+        if isinstance(target, ast.Name):
+            if target.id in scope.arrays:
+                raise src.error(target, f"the array {target.id!r} cannot be reassigned", "write its elements")
+            if len(atoms) == 1 and target.id not in scope.tuples:
+                name = self.var(scope, target.id)
+                if name == self.launch_index:
+                    raise src.error(target, "the launch index cannot be reassigned", "copy it to another variable")
+                out.append(Assign(name, Call("copy", (atoms[0],)), line=line))
+            else:
+                names = [f"{self.var(scope, target.id)}_{k}" for k in range(len(atoms))]
+                for n, a in zip(names, atoms, strict=True):
+                    out.append(Assign(n, Call("copy", (a,)), line=line))
+                scope.tuples[target.id] = [Name(n) for n in names]
+        elif isinstance(target, ast.Tuple):
+            if len(target.elts) != len(atoms):
+                raise src.error(target, f"cannot unpack {len(atoms)} values into {len(target.elts)} names")
+            # Read every value before writing any target: `a, b = b, a` swaps.
+            temps = []
+            for a in atoms:
+                t = self.temp()
+                out.append(Assign(t, Call("copy", (a,)), line=line))
+                temps.append(Name(t))
+            for t_node, a in zip(target.elts, temps, strict=True):
+                self.assign(scope, t_node, [a], out, line)
+        elif isinstance(target, ast.Subscript):
+            if len(atoms) != 1:
+                raise src.error(target, "cannot store a tuple into an array element")
+            array, index = self.element(scope, target, out)
+            if array in scope.tuples:
+                raise src.error(target, "tuples are immutable", "build a new tuple")
+            out.append(Store(array, index, atoms[0], line=line))
+        else:
+            raise src.error(target, f"cannot assign to {ast.unparse(target)}")
+
+    def augassign(self, scope: Scope, node: ast.AugAssign, out: list[Stmt]) -> None:
+        src = scope.src
+        line = src.line(node)
+        op = _AUGOPS.get(type(node.op))
+        if op is None:
+            raise src.error(node, f"the operator {type(node.op).__name__}= is not supported")
+        value = self.expr(scope, node.value, out)
+        if isinstance(node.target, ast.Name):
+            if node.target.id not in scope.scalars:
+                raise src.error(node, f"{node.target.id!r} is updated before it is assigned")
+            name = self.var(scope, node.target.id)
+            if name == self.launch_index:
+                raise src.error(node, "the launch index cannot be reassigned", "copy it to another variable")
+            t = self.emit(out, Call(op, (Name(name), value)), line)
+            out.append(Assign(name, Call("copy", (t,)), line=line))
+        elif isinstance(node.target, ast.Subscript):
+            array, index = self.element(scope, node.target, out)
+            if op in ("add", "sub"):
+                v = value if op == "add" else self.emit(out, Call("neg", (value,)), line)
+                out.append(Store(array, index, v, accumulate=True, line=line))
+            else:
+                old = self.emit(out, Elem(array, index), line)
+                new = self.emit(out, Call(op, (old, value)), line)
+                out.append(Store(array, index, new, line=line))
+        else:
+            raise src.error(node, f"cannot update {ast.unparse(node.target)}")
+
+    def for_loop(self, scope: Scope, node: ast.For, out: list[Stmt]) -> None:
+        src = scope.src
+        line = src.line(node)
+        it = node.iter
+        if node.orelse:
+            raise src.error(node, "for ... else is not supported", "use a flag")
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range" and not it.keywords):
+            raise src.error(node, f"only `for ... in range(...)` loops are supported, not `in {ast.unparse(it)}`",
+                            "loop over an index: for k in range(len(a))")
+        if not isinstance(node.target, ast.Name):
+            raise src.error(node, "the loop variable must be a single name")
+        bounds = [self.expr(scope, a, out) for a in it.args]
+        if not 1 <= len(bounds) <= 3:
+            raise src.error(node, "range takes 1 to 3 arguments")
+        start, stop, step = (Lit(0), bounds[0], Lit(1)) if len(bounds) == 1 else (*bounds, Lit(1))[:3]
+        if isinstance(step, Lit) and step.value == 0:
+            raise src.error(node, "range() step must not be zero")
+        # Bounds are evaluated once, before the loop: keep them in temporaries the body cannot change.
+        fixed = []
+        for b in (start, stop, step):
+            if isinstance(b, Name):
+                t = self.temp("r")
+                out.append(Assign(t, Call("copy", (b,)), line=line))
+                b = Name(t)
+            fixed.append(b)
+        var = self.var(scope, node.target.id)
+        out.append(For(var, fixed[0], fixed[1], fixed[2], self.block(scope, node.body), line=line))
+
+    def local_array(self, scope: Scope, name: str, node: ast.Call, out: list[Stmt], line: int) -> None:
+        src = scope.src
+        if not node.args or len(node.args) > 2 or (node.keywords and [k.arg for k in node.keywords] != ["dtype"]):
+            raise src.error(node, "pad.local_array takes (shape, dtype=np.float64)")
+        shape_node = node.args[0]
+        elts = shape_node.elts if isinstance(shape_node, ast.Tuple) else [shape_node]
+        shape = []
+        for e in elts:
+            try:
+                value = self.constant_int(scope, e)
+            except KernelSyntaxError:
+                raise src.error(node, "pad.local_array needs a shape of integer constants", "e.g. pad.local_array((3, 8))") from None
+            shape.append(value)
+        dtype_node = node.args[1] if len(node.args) > 1 else (node.keywords[0].value if node.keywords else None)
+        dtype = np.dtype(np.float64)
+        if dtype_node is not None:
+            obj = self.attribute(scope, dtype_node) if isinstance(dtype_node, ast.Attribute) else scope.src.env.get(getattr(dtype_node, "id", ""))
+            try:
+                dtype = np.dtype(obj)
+            except TypeError:
+                raise src.error(node, f"{ast.unparse(dtype_node)} is not a dtype") from None
+        ir_name = self.var(scope, name)
+        scope.scalars.pop(name, None)
+        scope.arrays[name] = ir_name
+        self.kinds[ir_name] = ArrayKind(dtype, len(shape), local=True)
+        out.append(LocalArray(ir_name, tuple(shape), dtype, line=line))
+
+    def constant_int(self, scope: Scope, node: ast.expr) -> int:
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            return node.value
+        if isinstance(node, ast.Name):
+            value = scope.src.env.get(node.id)
+            if isinstance(value, (int, np.integer)) and node.id not in scope.scalars:
+                return int(value)
+        if isinstance(node, ast.BinOp):
+            a, b = self.constant_int(scope, node.left), self.constant_int(scope, node.right)
+            ops: dict[type, Callable[[int, int], int]] = {ast.Add: int.__add__, ast.Mult: int.__mul__, ast.Sub: int.__sub__}
+            if type(node.op) in ops:
+                return ops[type(node.op)](a, b)
+        raise scope.src.error(node, "not an integer constant")
+
+    launch_index = ""
+
+
+@dataclass
+class Lowered:
+    """A kernel lowered for one signature: IR parameter names (launch index first), body, kinds, namer."""
+
+    params: list[str]
+    body: list[Stmt]
+    kinds: dict[str, Kind]
+    namer: Namer
+    filename: str
+
+
+def lower_kernel(fn: Callable[..., Any], kinds: list[Kind]) -> Lowered:
+    """Lower kernel ``fn`` for arguments of ``kinds``."""
+    src = Source.of(fn)
+    tree = src.tree
+    params = [a.arg for a in tree.args.args]
+    if tree.args.vararg or tree.args.kwarg or tree.args.kwonlyargs or tree.args.defaults:
+        raise src.error(tree, "kernels take plain positional parameters only")
+    if len(params) != len(kinds) + 1:
+        raise TypeError(f"kernel {fn.__name__} takes {len(params) - 1} arguments after the launch index, got {len(kinds)}")
+    namer = Namer()
+    all_kinds: dict[str, Kind] = {}
+    low = Lowering(namer, all_kinds)
+    scope = Scope(src, "")
+    low.launch_index = low.var(scope, params[0])
+    all_kinds[low.launch_index] = "i"
+    body: list[Stmt] = []
+    ir_params = [low.launch_index]
+    for p, kind in zip(params[1:], kinds, strict=True):
+        ir = low.var(scope, p)
+        ir_params.append(ir)
+        if isinstance(kind, ArrayKind):
+            del scope.scalars[p]
+            scope.arrays[p] = ir
+            all_kinds[ir] = kind
+        elif isinstance(kind, TupleKind):
+            del scope.scalars[p]
+            all_kinds[ir] = kind
+            items = [Name(f"{ir}_{k}") for k in range(len(kind.items))]
+            scope.tuples[p] = list(items)
+            for k, (item, ty) in enumerate(zip(items, kind.items, strict=True)):
+                all_kinds[item.id] = ty
+                body.append(Assign(item.id, Call("item", (Name(ir), Lit(k))), line=src.line(tree)))
+        else:
+            all_kinds[ir] = kind
+    returns = [n for n in ast.walk(tree) if isinstance(n, ast.Return)]
+    if any(r.value is not None for r in returns):
+        raise src.error(next(r for r in returns if r.value is not None), "kernels cannot return a value",
+                        "store results into an output array")
+    body.extend(low.block(scope, tree.body))
+    return Lowered(ir_params, normalize(body, [], namer), all_kinds, namer, src.filename)
+
+
+# ---------------------------------------------------------------------------------------------- control flow
+def normalize(body: list[Stmt], results: list[Name], namer: Namer) -> list[Stmt]:
+    """Remove ``break``/``continue``/``return``: each sets a flag, and the rest of its block is guarded.
+
+    ``return v`` in a helper assigns ``v`` to the helper's result variables first. Loops that can be left
+    early become ``while`` loops over an explicit counter, so every loop runs to its condition.
+    """
+    ret = namer.fresh("ret")
+    uses_return = any(isinstance(s, Return) for s in walk(body))
+    out = _norm_block(body, _Flags(ret if uses_return else None, None, None), results, namer)
+    if uses_return:
+        out.insert(0, Assign(ret, Lit(False)))
+    return out
+
+
+@dataclass(frozen=True)
+class _Flags:
+    ret: str | None
+    brk: str | None
+    cont: str | None
+
+    def exits(self) -> list[str]:
+        return [f for f in (self.ret, self.brk, self.cont) if f]
+
+
+def _exits(s: Stmt, flags: _Flags) -> bool:
+    """Can ``s`` leave its block early (through break/continue of the current loop, or return)?"""
+    if isinstance(s, (Break, Continue, Return)):
+        return True
+    if isinstance(s, If):
+        return any(_exits(x, flags) for x in s.body + s.orelse)
+    if isinstance(s, (For, While)):
+        return any(isinstance(x, Return) for x in walk(s.body))
+    return False
+
+
+def _norm_block(stmts: list[Stmt], flags: _Flags, results: list[Name], namer: Namer) -> list[Stmt]:
+    out: list[Stmt] = []
+    for k, s in enumerate(stmts):
+        out.extend(_norm_stmt(s, flags, results, namer))
+        if _exits(s, flags) and k + 1 < len(stmts):
+            rest = _norm_block(stmts[k + 1 :], flags, results, namer)
+            if rest:
+                out.extend(_guard(flags.exits(), rest, namer, s.line))
+            break
+    return out
+
+
+def _guard(flags: list[str], body: list[Stmt], namer: Namer, line: int) -> list[Stmt]:
+    """``if not (f1 or f2 ...): body``."""
+    stmts: list[Stmt] = []
+    cond: Expr = Name(flags[0])
+    for f in flags[1:]:
+        t = namer.fresh("g")
+        stmts.append(Assign(t, Call("or", (cond, Name(f))), line=line))
+        cond = Name(t)
+    g = namer.fresh("g")
+    stmts.append(Assign(g, Call("not", (cond,)), line=line))
+    stmts.append(If(Name(g), body, [], line=line))
+    return stmts
+
+
+def _norm_stmt(s: Stmt, flags: _Flags, results: list[Name], namer: Namer) -> list[Stmt]:
+    line = s.line
+    if isinstance(s, Break):
+        assert flags.brk is not None, "break outside a loop"
+        return [Assign(flags.brk, Lit(True), line=line)]
+    if isinstance(s, Continue):
+        assert flags.cont is not None, "continue outside a loop"
+        return [Assign(flags.cont, Lit(True), line=line)]
+    if isinstance(s, Return):
+        stmts: list[Stmt] = [Assign(r.id, Call("copy", (v,)), line=line) for r, v in zip(results, s.values, strict=True)]
+        if flags.ret is not None:
+            stmts.append(Assign(flags.ret, Lit(True), line=line))
+        return stmts
+    if isinstance(s, If):
+        return [If(s.cond, _norm_block(s.body, flags, results, namer), _norm_block(s.orelse, flags, results, namer), line=line)]
+    if isinstance(s, (For, While)):
+        return _norm_loop(s, flags, results, namer)
+    return [s]
+
+
+def _norm_loop(loop: For | While, flags: _Flags, results: list[Name], namer: Namer) -> list[Stmt]:
+    line = loop.line
+    body_stmts = list(walk(loop.body))
+    # break/continue of *this* loop: those not inside a nested loop.
+    own = _own_jumps(loop.body)
+    brk = namer.fresh("brk") if Break in own else None
+    cont = namer.fresh("cont") if Continue in own else None
+    returns = flags.ret is not None and any(isinstance(x, Return) for x in body_stmts)
+    inner = _Flags(flags.ret if returns else None, brk, cont)
+    body = _norm_block(loop.body, inner, results, namer)
+    if cont:
+        body.insert(0, Assign(cont, Lit(False), line=line))
+    stops = [f for f in (brk, flags.ret if returns else None) if f]
+    pre: list[Stmt] = [Assign(brk, Lit(False), line=line)] if brk else []
+    if not stops:
+        if isinstance(loop, For):
+            return [*pre, For(loop.var, loop.start, loop.stop, loop.step, body, line=line)]
+        return [*pre, While(loop.test, loop.cond, body, line=line)]
+    # Loops that can end early run while (their condition) and not (a stop flag).
+    test: list[Stmt]
+    if isinstance(loop, For):
+        trip, k = namer.fresh("trip"), namer.fresh("k")
+        pre += [Assign(trip, Call("tripcount", (loop.start, loop.stop, loop.step)), line=line), Assign(k, Lit(0), line=line)]
+        kv = namer.fresh("t")
+        body = [
+            Assign(kv, Call("mul", (Name(k), loop.step)), line=line),
+            Assign(loop.var, Call("add", (loop.start, Name(kv))), line=line),
+            Assign(k, Call("add", (Name(k), Lit(1))), line=line),
+            *body,
+        ]
+        c0 = namer.fresh("c")
+        test = [Assign(c0, Call("lt", (Name(k), Name(trip))), line=line)]
+        cond: Expr = Name(c0)
+    else:
+        test = list(loop.test)
+        cond = loop.cond
+    for f in stops:
+        nf, c = namer.fresh("c"), namer.fresh("c")
+        test += [Assign(nf, Call("not", (Name(f),)), line=line), Assign(c, Call("and", (cond, Name(nf))), line=line)]
+        cond = Name(c)
+    return [*pre, While(test, cond, body, line=line)]
+
+
+def _own_jumps(stmts: list[Stmt]) -> set[type]:
+    found: set[type] = set()
+    for s in stmts:
+        if isinstance(s, (Break, Continue)):
+            found.add(type(s))
+        elif isinstance(s, If):
+            found |= _own_jumps(s.body) | _own_jumps(s.orelse)
+    return found
+
+
+def kind_of_value(value: Any, what: str) -> Kind:
+    """The kernel-argument kind of a Python value (arrays, scalars, tuples of scalars)."""
+    if hasattr(value, "dtype") and hasattr(value, "shape") and getattr(value, "ndim", 0) > 0:
+        return ArrayKind(np.dtype(value.dtype), value.ndim)
+    if isinstance(value, (bool, np.bool_)):
+        return "b"
+    if isinstance(value, (int, np.integer)):
+        return "i"
+    if isinstance(value, np.float32):
+        return "f4"
+    if isinstance(value, (float, np.floating)):
+        return "f8"
+    if isinstance(value, tuple):
+        return TupleKind(tuple(_scalar_kind(v, what) for v in value))
+    raise TypeError(f"{what}: kernels take arrays, numbers and tuples of numbers, not {type(value).__name__}")
+
+
+def _scalar_kind(v: Any, what: str) -> str:
+    k = kind_of_value(v, what)
+    if not isinstance(k, str):
+        raise TypeError(f"{what}: tuples passed to kernels must hold numbers only")
+    return k
+
+
+__all__ = ["ArrayKind", "KernelSyntaxError", "TupleKind", "kind_of_value", "lower_kernel"]

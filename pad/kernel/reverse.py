@@ -1,0 +1,255 @@
+"""Reverse mode of one kernel iteration: a forward sweep that saves what it must, then the adjoint sweep.
+
+The scheme (Tapenade's, with recomputation of loop bodies):
+- In a straight-line region, a statement that overwrites a variable the adjoint of an *earlier* statement
+  still needs pushes the old value first; the reverse sweep pops it right after that statement's adjoint, so
+  every adjoint statement sees the primal state of its own moment. The same holds for array elements that a
+  recomputed loop body reloads (undo log).
+- A loop whose body does not both load and store one array is *recomputed*: the forward sweep only pushes,
+  per iteration, the few carried scalars the body's reverse needs (usually none), and the reverse sweep
+  re-runs each iteration forward from them before its adjoint. Other loops *store*: their body saves its
+  own overwritten values each iteration. ``while`` loops and loops left early push their trip count.
+- Branch decisions and loop bounds are ordinary variables, saved by the same rule when overwritten.
+Dead code (forward values the reverse does not need) is removed afterwards.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pad.kernel.analysis import FLOATS, Activity, liveness, owned
+from pad.kernel.frontend import ArrayKind, Kind, Namer, scalar_type
+from pad.kernel.ir import (
+    Assign,
+    Call,
+    Elem,
+    Expr,
+    Fill,
+    For,
+    If,
+    Lit,
+    LocalArray,
+    Name,
+    Pop,
+    Push,
+    Stmt,
+    Store,
+    While,
+    assigned,
+    call,
+    exprs_of,
+    loaded_arrays,
+    map_blocks,
+    names_in,
+    stored_arrays,
+    walk,
+)
+from pad.kernel.rules import RULES
+
+
+def adj(name: str) -> str:
+    """Name of the adjoint (shadow) of a variable or array."""
+    return f"_b_{name}"
+
+
+def private(name: str) -> str:
+    """Name of the calling thread's private accumulation buffer for an array."""
+    return f"_pv{name}"
+
+
+@dataclass
+class Reverse:
+    """Builds the adjoint sweep of a kernel body (statements of one launch index)."""
+
+    body: list[Stmt]
+    kinds: dict[str, Kind]
+    types: dict[str, str]
+    act: Activity
+    launch_index: str
+    namer: Namer
+    privatized: set[str]  # global arrays whose adjoint accumulates at shared indices
+    recompute: set[int] = field(default_factory=set)  # id() of loops reversed by recomputation
+    undo: set[str] = field(default_factory=set)  # arrays whose overwritten elements are saved
+
+    def __post_init__(self) -> None:
+        self._choose_loop_modes()
+        self._fresh: dict[tuple[int, str], str] = {}
+
+    def fresh(self, s: Stmt, role: str, ty: str) -> str:
+        """A generated variable for ``role`` at statement ``s``: the same name every time ``s`` is revisited."""
+        key = (id(s), role)
+        if key not in self._fresh:
+            self._fresh[key] = self.namer.fresh(role)
+            self.types[self._fresh[key]] = ty
+        return self._fresh[key]
+
+    # -- loop modes ------------------------------------------------------------------------------------
+    def _choose_loop_modes(self) -> None:
+        """Recompute every loop whose body does not load what it stores and does not store saved arrays."""
+        loops = [s for s in walk(self.body) if isinstance(s, (For, While))]
+        candidates = {id(s) for s in loops if not (loaded_arrays(_loop_code(s)) & stored_arrays(s.body))}
+        while True:
+            undo = set().union(*(loaded_arrays(_loop_code(s)) for s in loops if id(s) in candidates))
+            demoted = {id(s) for s in loops if id(s) in candidates and stored_arrays(s.body) & undo}
+            if not demoted:
+                break
+            candidates -= demoted
+        self.recompute, self.undo = candidates, undo
+
+    # -- entry point -----------------------------------------------------------------------------------
+    def sweep(self, live_out: set[str], droppable: set[str]) -> list[Stmt]:
+        """Forward sweep followed by the adjoint sweep, with dead code removed.
+
+        Stores to ``droppable`` arrays (those the kernel never reads) are left out: the primal launch
+        already made them, and the reverse sweep needs none of their values.
+        """
+        fwd, rev = self.region(self.body, set())
+        code, _ = liveness(_drop_stores(fwd + rev, droppable), live_out, prune=True)
+        return code
+
+    # -- regions ---------------------------------------------------------------------------------------
+    def region(self, stmts: list[Stmt], need_in: set[str]) -> tuple[list[Stmt], list[Stmt]]:
+        """(forward code with pushes, reverse code with pops) of a statement list.
+
+        ``need_in`` holds the variables whose current values the reverse of code *before* this region
+        needs; a statement that overwrites one of them saves it first.
+        """
+        need = set(need_in)
+        fwd: list[Stmt] = []
+        revs: list[list[Stmt]] = []
+        for s in stmts:
+            f, r = self.stmt(s, need)
+            saved = sorted(assigned(f) & need) if not isinstance(s, If) else []
+            fwd += [Push(Name(v), self.stack_kind(v)) for v in saved] + f
+            revs.append(r + [Pop(v, self.stack_kind(v), self.types[v]) for v in reversed(saved)])
+            need |= liveness(r, set(), prune=False)[1]
+        rev = [x for r in reversed(revs) for x in r]
+        return fwd, rev
+
+    def stack_kind(self, name: str) -> str:
+        return "f" if self.types[name] in FLOATS else "i"
+
+    # -- statements ------------------------------------------------------------------------------------
+    def stmt(self, s: Stmt, need: set[str]) -> tuple[list[Stmt], list[Stmt]]:
+        if isinstance(s, Assign):
+            return [s], self.assign_adjoint(s)
+        if isinstance(s, Store):
+            return self.store(s)
+        if isinstance(s, If):
+            fb, rb = self.region(s.body, need)
+            fo, ro = self.region(s.orelse, need)
+            return [If(s.cond, fb, fo, line=s.line)], ([If(s.cond, rb, ro, line=s.line)] if rb or ro else [])
+        if isinstance(s, LocalArray):
+            rev: list[Stmt] = [Fill(adj(s.target), Lit(0.0, typed=True))] if s.target in self.act.arrays else []
+            return [s], rev
+        if isinstance(s, (For, While)):
+            return self.loop(s, need)
+        raise AssertionError(f"unexpected statement {s}")
+
+    def assign_adjoint(self, s: Assign) -> list[Stmt]:
+        t = s.target
+        if t not in self.act.scalars:
+            return []
+        zero = Assign(adj(t), Lit(0.0, typed=True), line=s.line)
+        value = s.value
+        if isinstance(value, Elem):
+            if value.array not in self.act.arrays:
+                return [zero]
+            shadow = self.shadow(value.array, value.index)
+            return [Store(shadow, value.index, Name(adj(t)), accumulate=True, line=s.line), zero]
+        if not isinstance(value, Call) or RULES[value.op].partials is None:
+            return [zero]
+        # Read the result's adjoint once, and clear it, before accumulating into the arguments' adjoints
+        # (an argument may be the target itself).
+        g = self.fresh(s, "g", self.types[t])
+        out: list[Stmt] = [Assign(g, Name(adj(t)), line=s.line), zero]
+        partials = RULES[value.op].partials(Name(t), *value.args)  # type: ignore[misc]
+        for arg, partial in zip(value.args, partials, strict=True):
+            if partial is not None and self.act.expr(arg):
+                assert isinstance(arg, Name)
+                contribution = call("mul", Name(g), partial)
+                out.append(Assign(adj(arg.id), call("add", Name(adj(arg.id)), contribution), line=s.line))
+        return out
+
+    def shadow(self, array: str, index: tuple[Expr, ...]) -> str:
+        """The shadow array an adjoint accumulates into: the thread's private buffer where indices are shared."""
+        if array in self.privatized and not owned(index, self.launch_index):
+            return private(adj(array))
+        return adj(array)
+
+    def store(self, s: Store) -> tuple[list[Stmt], list[Stmt]]:
+        fwd: list[Stmt] = []
+        rev: list[Stmt] = []
+        if s.array in self.act.arrays:
+            if self.act.expr(s.value):
+                assert isinstance(s.value, Name)
+                rev.append(Assign(adj(s.value.id), call("add", Name(adj(s.value.id)), Elem(adj(s.array), s.index)), line=s.line))
+            if not s.accumulate:
+                rev.append(Store(adj(s.array), s.index, Lit(0.0, typed=True), line=s.line))
+        if s.array in self.undo:
+            kind = self.kinds[s.array]
+            assert isinstance(kind, ArrayKind)
+            old = self.fresh(s, "old", scalar_type(kind.dtype))
+            stack = "f" if self.types[old] in FLOATS else "i"
+            fwd.append(Push(Elem(s.array, s.index), stack, line=s.line))
+            rev += [Pop(old, stack, self.types[old]), Store(s.array, s.index, Name(old), line=s.line)]
+        fwd.append(s)
+        return fwd, rev
+
+    # -- loops -----------------------------------------------------------------------------------------
+    def loop(self, s: For | While, need: set[str]) -> tuple[list[Stmt], list[Stmt]]:
+        k = self.fresh(s, "k", "i")
+        if isinstance(s, For):
+            trip = self.fresh(s, "trip", "i")
+            count: list[Stmt] = [Assign(trip, Call("tripcount", (s.start, s.stop, s.step)), line=s.line)]
+            set_var: list[Stmt] = [Assign(s.var, call("add", s.start, call("mul", Name(k), s.step)), line=s.line)]
+        else:
+            trip = self.fresh(s, "n", "i")
+            count, set_var = [], []
+        if id(s) in self.recompute:
+            fwd_body, rev_body = self.recomputed(s)
+        else:
+            fwd_body, rev_body = self.stored(s, need)
+        backwards = For(k, call("sub", Name(trip), Lit(1)), Lit(-1), Lit(-1), set_var + rev_body, line=s.line)
+        if isinstance(s, For):
+            return [For(s.var, s.start, s.stop, s.step, fwd_body, line=s.line)], [*count, backwards]
+        bump = Assign(trip, call("add", Name(trip), Lit(1)), line=s.line)
+        return [Assign(trip, Lit(0), line=s.line), While(s.test, s.cond, [*fwd_body, bump], line=s.line)], [backwards]
+
+    def recomputed(self, s: For | While) -> tuple[list[Stmt], list[Stmt]]:
+        """Forward: push the carried scalars the iteration's reverse needs. Reverse: pop, re-run, adjoint."""
+        f, r = self.region(s.body, set())
+        # Adjoints flow from one reverse iteration to the next and out of the loop: they stay live. Primal
+        # values do not: the next iteration pops or recomputes its own.
+        adjoints = {n for x in walk(r) for n in _names(x) | assigned([x]) if n.startswith("_b_")}
+        again, live = liveness(f + r, adjoints, prune=True)
+        carried = sorted(live & (assigned(s.body) - ({s.var} if isinstance(s, For) else set())))
+        push = [Push(Name(v), self.stack_kind(v), line=s.line) for v in carried]
+        pop = [Pop(v, self.stack_kind(v), self.types[v], line=s.line) for v in reversed(carried)]
+        return push + s.body, pop + again
+
+    def stored(self, s: For | While, need: set[str]) -> tuple[list[Stmt], list[Stmt]]:
+        """The body saves its own overwritten values; ``need`` grows with what any iteration's reverse reads."""
+        inner = set(need)
+        while True:
+            f, r = self.region(s.body, inner)
+            used = {n for x in walk(r) for n in _names(x)}
+            if used <= inner:
+                return f, r
+            inner |= used
+
+
+def _drop_stores(stmts: list[Stmt], arrays: set[str]) -> list[Stmt]:
+    return [
+        map_blocks(s, lambda b: _drop_stores(b, arrays))
+        for s in stmts
+        if not (isinstance(s, Store) and s.array in arrays)
+    ]
+
+
+def _loop_code(s: For | While) -> list[Stmt]:
+    return [*s.body, *(s.test if isinstance(s, While) else [])]
+
+
+def _names(s: Stmt) -> set[str]:
+    return {n for e in exprs_of(s) for n in names_in(e)}

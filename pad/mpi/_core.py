@@ -1,0 +1,430 @@
+"""What every differentiable MPI op shares: ``Comm``, ``Request``, the op table, checks and staging.
+
+Each op family (``p2p``, ``nonblocking``, ``collectives``, ``reductions``, ``communicators``) registers
+its ops here with :func:`register`, which installs them as ``Comm`` methods. A method is a plain mpi4py
+call outside ``autodiff``/``fwddiff``; inside them it runs the op's implementation, which does the primal
+transfer on the user's communicator, then its tangent (``fwddiff``: point-to-point messages carry it
+along, collectives repeat on a private duplicate) or records its adjoint, which the reverse pass runs on
+the private duplicate, so pad's own traffic can never match the user's messages.
+"""
+
+from __future__ import annotations
+
+import weakref
+import zlib
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+from mpi4py import MPI
+from mpi4py.util.dtlib import from_numpy_dtype
+
+from pad import tape
+from pad.mpi import _wire
+
+IN_PLACE = MPI.IN_PLACE
+SUM, PROD, MIN, MAX = MPI.SUM, MPI.PROD, MPI.MIN, MPI.MAX
+ANY_SOURCE, ANY_TAG = MPI.ANY_SOURCE, MPI.ANY_TAG
+
+OPS: dict[str, Callable[..., Any]] = {}
+"""The op table: method name -> differentiable implementation ``impl(comm, ctx, *mpi4py_args)``."""
+
+EMPTY = np.empty(0, np.uint8)
+"""The adjoint of an integer message: integer buffers have no shadow, but their adjoint message is still
+sent (empty), so a float/integer mismatch between two ranks is an error instead of a hang."""
+
+
+class MismatchError(ValueError):
+    """Ranks disagree on an op's buffers (shape, dtype), root or reduction op; raised on every rank."""
+
+
+class Adjoint:
+    """A tape record whose reverse runs a closure: an op's adjoint, written beside its forward."""
+
+    __slots__ = ("run",)
+
+    def __init__(self, run: Callable[[], None]) -> None:
+        self.run = run
+
+    def reverse(self) -> None:
+        self.run()
+
+
+# ---------------------------------------------------------------------------------------------- Comm
+class Comm:
+    """A communicator whose upper-case methods are differentiable (mpi4py's signatures, NumPy buffers).
+
+    Wrapping is collective: it duplicates ``comm`` into a private communicator that carries pad's
+    adjoint traffic, collective tangents and consistency checks.
+    """
+
+    def __init__(self, comm: Any) -> None:
+        if isinstance(comm, Comm):
+            comm = comm.mpi
+        self.mpi: Any = comm
+        self.private: Any = comm.Dup()
+        self._rank = comm.Get_rank()
+        self._size = comm.Get_size()
+        self._reversed: Any = None
+        self._check = np.empty(2, np.int64)  # agree()'s buffer
+        self._born_in: Any = None  # weak reference to the autodiff context that created it, if any
+        self._free_pending = False
+
+    @property
+    def rank(self) -> int:
+        return self._rank
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+    def Get_rank(self) -> int:
+        return self._rank
+
+    def Get_size(self) -> int:
+        return self._size
+
+    def reversed(self) -> Any:
+        """The private communicator with ranks reversed (for reverse scans); collective on first use."""
+        if self._reversed is None:
+            self._reversed = self.private.Split(0, self._size - 1 - self._rank)
+        return self._reversed
+
+    def release(self) -> None:
+        """Free the user's and pad's communicators."""
+        for c in (self._reversed, self.private, self.mpi):
+            if c is not None and c != MPI.COMM_WORLD and c != MPI.COMM_NULL:
+                c.Free()
+        self._reversed = None
+
+    def __repr__(self) -> str:
+        return f"pad.mpi.Comm(rank {self._rank} of {self._size})"
+
+    if TYPE_CHECKING:  # the methods are installed by register()
+
+        def __getattr__(self, name: str) -> Any: ...
+
+
+def register(name: str, *, passthrough: bool = True) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Put ``impl`` in the op table and install it as ``Comm.<name>``.
+
+    With ``passthrough`` the method is mpi4py's own call outside autodiff/fwddiff (CuPy buffers are staged
+    through host memory); otherwise ``impl`` always runs and receives ``ctx`` (possibly ``None``).
+    """
+
+    def deco(impl: Callable[..., Any]) -> Callable[..., Any]:
+        OPS[name] = impl
+        if passthrough:
+
+            def method(self: Comm, *args: Any, **kwargs: Any) -> Any:
+                ctx = tape.current()
+                if ctx is None and not _on_device(args, kwargs):
+                    return getattr(self.mpi, name)(*args, **kwargs)
+                return _staged(self, ctx, name, impl, args, kwargs)
+
+        else:
+
+            def method(self: Comm, *args: Any, **kwargs: Any) -> Any:
+                return impl(self, tape.current(), *args, **kwargs)
+
+        method.__name__ = method.__qualname__ = name
+        method.__doc__ = impl.__doc__
+        setattr(Comm, name, method)
+        return impl
+
+    return deco
+
+
+# ---------------------------------------------------------------------------------------------- Request
+class Request:
+    """A pending ``Isend``/``Irecv`` made inside autodiff/fwddiff (outside them pad returns mpi4py's own).
+
+    ``Wait`` completes the transfer, then runs the op's completion steps (in fwddiff: unpack the tangent;
+    in autodiff: record the Wait, whose adjoint starts the adjoint transfer).
+    """
+
+    __slots__ = ("__weakref__", "_done", "_reqs", "_then")
+
+    def __init__(self, reqs: list[Any], then: list[Callable[[list[Any]], None]] | None = None) -> None:
+        self._reqs = reqs
+        self._then = then or []
+        self._done = False
+
+    def Wait(self, status: Any = None) -> None:
+        """Wait for the transfer to complete (``status`` receives its status)."""
+        Request.Waitall([self], None if status is None else [status])
+
+    @staticmethod
+    def Waitall(requests: list[Any], statuses: list[Any] | None = None) -> None:
+        """Wait for every request (pad's or mpi4py's) in one MPI Waitall, then run pad's completion
+        steps in the order of ``requests``."""
+        inner: list[Any] = []
+        sts: list[Any] = []
+        for i, r in enumerate(requests):
+            reqs = [r] if isinstance(r, MPI.Request) else [] if r._done else r._reqs
+            for k, req in enumerate(reqs):
+                inner.append(req)
+                sts.append(statuses[i] if statuses is not None and k == 0 else MPI.Status())
+        MPI.Request.Waitall(inner, sts)
+        at = 0
+        for r in requests:
+            if isinstance(r, Request) and not r._done:
+                mine, at = sts[at : at + len(r._reqs)], at + len(r._reqs)
+                r._done = True
+                for step in r._then:
+                    step(mine)
+            elif isinstance(r, MPI.Request):
+                at += 1
+
+
+# ---------------------------------------------------------------------------------------------- state
+class _State:
+    """What pad.mpi tracks per autodiff/fwddiff call: message counters and requests not yet waited."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple, int] = {}
+        self.pending: dict[int, str] = {}
+
+
+_states: weakref.WeakKeyDictionary[tape.Context, _State] = weakref.WeakKeyDictionary()
+
+
+def state(ctx: tape.Context) -> _State:
+    st = _states.get(ctx)
+    if st is None:
+        st = _states[ctx] = _State()
+    return st
+
+
+def used(ctx: tape.Context) -> bool:
+    """Whether any pad.mpi op ran inside this context."""
+    return ctx in _states
+
+
+_TAG_BITS = 11
+_SEQ_MOD = max(1, (int(MPI.COMM_WORLD.Get_attr(MPI.TAG_UB) or 32767) + 1) >> _TAG_BITS)
+
+
+def pair_tag(ctx: tape.Context, comm: Comm, direction: str, peer: int, tag: int) -> int:
+    """The private tag of this message's adjoint: its user tag and its sequence number.
+
+    The k-th message from rank a to rank b with tag t has the same k on both ranks (MPI does not let
+    messages between a pair with one tag overtake each other), so adjoint messages match their primal
+    whatever order the reverse pass starts them in (Waits may complete in different orders on the two
+    ranks).
+    """
+    counts = state(ctx).counts
+    key = (id(comm), direction, peer, tag)
+    k = counts.get(key, 0)
+    counts[key] = k + 1
+    return (tag % (1 << _TAG_BITS)) + ((k % _SEQ_MOD) << _TAG_BITS)
+
+
+# ---------------------------------------------------------------------------------------------- buffers
+def as_array(buf: Any) -> Any:
+    """The NumPy array of an mpi4py buffer argument (``arr``, ``[arr, type]``, ``[arr, count, type]``).
+
+    ``None`` and ``IN_PLACE`` pass through. Only whole-array buffers are differentiated.
+    """
+    if buf is None or buf is IN_PLACE or isinstance(buf, np.ndarray):
+        return buf
+    if isinstance(buf, (list, tuple)) and buf and isinstance(buf[0], np.ndarray):
+        arr = buf[0]
+        if all(r == arr.size or r == from_numpy_dtype(arr.dtype) for r in buf[1:]):
+            return arr
+    raise TypeError(
+        f"pad.mpi differentiates whole NumPy arrays as buffers, got {type(buf).__name__}; "
+        "pass a view (a[:n]) instead of a count or a derived datatype"
+    )
+
+
+def shadow(ctx: tape.Context, x: np.ndarray) -> np.ndarray | None:
+    """``x``'s shadow for communication: ``None`` for integer data; zeros (discarded) where ``x`` is Const."""
+    return None if x.dtype.kind != "f" else float_shadow(ctx, x)
+
+
+def float_shadow(ctx: tape.Context, x: Any) -> Any:
+    """The shadow of a floating-point buffer (zeros, discarded, where it is Const); ``IN_PLACE`` and
+    ``None`` stand for themselves."""
+    if x is None or x is IN_PLACE:
+        return x
+    dx = ctx.shadow(x)
+    return dx if dx is not None else np.zeros_like(x)
+
+
+def flat(x: np.ndarray, count: int) -> np.ndarray:
+    """The first ``count`` elements of ``x`` (``x`` itself when that is all of it), as a view."""
+    if count == x.size:
+        return x
+    if not x.flags.c_contiguous:
+        raise ValueError("pad.mpi: a partial receive needs a contiguous shadow")
+    return x.reshape(-1)[:count]
+
+
+def joined(x: np.ndarray, dx: np.ndarray | None, receiving: bool) -> np.ndarray:
+    """The buffer of a point-to-point message in fwddiff: primal and tangent travel as one message
+    (so the program's matching, and its freedom from deadlock, are the primal's); integer data alone."""
+    if dx is None:
+        return x
+    if receiving:
+        return np.empty(2 * x.size, x.dtype)
+    return np.concatenate((x.reshape(-1), dx.reshape(-1)))
+
+
+def split(both: np.ndarray, x: np.ndarray, dx: np.ndarray | None, status: Any) -> None:
+    """Unpack a received fwddiff message into ``x`` and its tangent; ``status`` then counts ``x``'s part."""
+    if dx is None:
+        return
+    count = status.Get_count(MPI.BYTE) // x.itemsize // 2
+    for target, part in ((flat(x, count), both[:count]), (flat(dx, count), both[count : 2 * count])):
+        target[...] = part.reshape(target.shape)
+    status.Set_elements(MPI.BYTE, count * x.itemsize)
+
+
+def outgoing(dx: np.ndarray | None) -> np.ndarray:
+    """What a message's adjoint carries: the shadow, or nothing for integer data."""
+    return EMPTY if dx is None else dx
+
+
+def incoming(dx: np.ndarray | None) -> np.ndarray:
+    """A buffer to receive the adjoint message for shadow ``dx`` into (empty for integer data)."""
+    return EMPTY if dx is None else np.empty_like(dx)
+
+
+def checked(run: Callable[[Any], Any], expected: np.ndarray, what: str, peer: int) -> None:
+    """Run a receive of an adjoint message (``run(status)``) and check that it filled ``expected``."""
+    st = MPI.Status()
+    try:
+        run(st)
+    except MPI.Exception as err:
+        if err.Get_error_class() != MPI.ERR_TRUNCATE:
+            raise
+        expect(-1, expected, what, peer)
+    expect(st.Get_count(MPI.BYTE), expected, what, peer)
+
+
+def expect(nbytes: int, expected: np.ndarray, what: str, peer: int) -> None:
+    """Raise :class:`MismatchError` unless an adjoint message of ``nbytes`` (-1: too many) fits."""
+    if nbytes != expected.nbytes:
+        got = "more" if nbytes < 0 else str(nbytes)
+        raise MismatchError(
+            f"pad.mpi: {what} with rank {peer}: this rank's buffer needs {expected.nbytes} bytes of shadow "
+            f"but the other rank's has {got}; the two ranks' buffers differ in dtype or size"
+        )
+
+
+_OP_NAMES = {
+    getattr(MPI, name).py2f(): name
+    for name in ("SUM", "PROD", "MIN", "MAX", "LAND", "BAND", "LOR", "BOR", "LXOR", "BXOR")
+}
+_OP_NAMES.update({getattr(MPI, name).py2f(): name for name in ("MINLOC", "MAXLOC", "REPLACE", "NO_OP")})
+
+
+def op_name(op: Any) -> str:
+    return _OP_NAMES.get(op.py2f(), "user-defined op")
+
+
+def agree(comm: Comm, *signature: Any) -> None:
+    """Collective check that every rank calls the same op with matching buffers, root and reduction op.
+
+    One small Allreduce on the private communicator; on a mismatch every rank raises
+    :class:`MismatchError` listing each rank's call, so no rank is left waiting.
+    """
+    h = zlib.crc32(repr(signature).encode())
+    buf = comm._check
+    buf[0], buf[1] = h, -h
+    comm.private.Allreduce(IN_PLACE, buf, MAX)
+    if buf[0] != h or buf[1] != -h:
+        calls = comm.private.allgather(signature)
+        lines = "\n  ".join(f"rank {r}: {sig}" for r, sig in enumerate(calls))
+        raise MismatchError(f"pad.mpi: ranks disagree on a collective call:\n  {lines}")
+
+
+def require(op: Any, allowed: tuple[str, ...], call: str) -> str:
+    """The op's name if ``call`` can differentiate it, else a NotImplementedError (same on every rank)."""
+    name = op_name(op)
+    if name not in allowed:
+        raise NotImplementedError(
+            f"pad.mpi: {call} with {name} cannot be differentiated on floating-point data; "
+            f"supported: {', '.join(allowed)} (integer buffers accept any op)"
+        )
+    return name
+
+
+def phase(ctx: tape.Context) -> str:
+    return "forward" if ctx.reverse_mode else "tangent"
+
+
+def note(
+    comm: Comm, phase: str, call: str, where: str, tag: int | None, nbytes: int, op: str, adj: str = ""
+) -> None:
+    """Account for one MPI call (see :mod:`pad.mpi._wire`)."""
+    _wire.note(comm._rank, phase, call, where, tag, nbytes, op, adj)
+
+
+# ---------------------------------------------------------------------------------------------- CuPy staging
+def _on_device(args: tuple, kwargs: dict) -> bool:
+    return any(hasattr(a, "__cuda_array_interface__") for a in (*args, *kwargs.values()))
+
+
+def _staged(
+    comm: Comm, ctx: tape.Context | None, name: str, impl: Callable[..., Any], args: tuple, kwargs: dict
+) -> Any:
+    """Run an op whose buffers may be CuPy arrays: copy them to host, run, copy back (differentiably)."""
+    if ctx is not None:
+        state(ctx)  # marks the context as one that communicates
+    if not _on_device(args, kwargs):
+        return impl(comm, ctx, *args, **kwargs)
+    copies: list[tuple[Any, np.ndarray]] = []
+
+    def host(a: Any) -> Any:
+        if not hasattr(a, "__cuda_array_interface__"):
+            return a
+        h = a.get()
+        copies.append((a, h))
+        if ctx is not None and h.dtype.kind == "f":
+            _link_copy(ctx, src=a, dst=h)
+        return h
+
+    def back(_: Any = None) -> None:
+        for d, h in copies:
+            if ctx is not None:
+                ctx.will_write([d])
+            d.set(h)
+            if ctx is not None and h.dtype.kind == "f":
+                _link_copy(ctx, src=h, dst=d)
+
+    hargs = tuple(host(a) for a in args)
+    hkwargs = {k: host(v) for k, v in kwargs.items()}
+    result = getattr(comm.mpi, name)(*hargs, **hkwargs) if ctx is None else impl(comm, ctx, *hargs, **hkwargs)
+    if isinstance(result, MPI.Request):
+        return Request([result], [back])
+    if isinstance(result, Request):
+        result._then.append(back)
+        return result
+    back()
+    return result
+
+
+def _link_copy(ctx: tape.Context, src: Any, dst: Any) -> None:
+    """Differentiate the copy ``dst[...] = src`` between host and device (forward: copy the tangent;
+    reverse: ``dsrc += ddst; ddst = 0``)."""
+    dsrc, ddst = ctx.shadow(src), ctx.shadow(dst)
+    if dsrc is None or ddst is None:
+        return
+
+    def convert(a: Any, like: Any) -> Any:
+        return a.get() if isinstance(like, np.ndarray) else tape._module_of(like).asarray(a)
+
+    if not ctx.reverse_mode:
+        ddst[...] = convert(dsrc, ddst)
+        return
+
+    def reverse() -> None:
+        dsrc[...] += convert(ddst, dsrc)
+        ddst[...] = 0
+
+    ctx.record(Adjoint(reverse))
+
+
+COMM_WORLD = Comm(MPI.COMM_WORLD)

@@ -1,0 +1,88 @@
+"""Every transfer pad makes inside ``autodiff``/``fwddiff``: debug log, byte counters and traces.
+
+Ops call :func:`note` once per MPI call they make. The byte count of a call is the payload this rank
+receives *from other ranks* by the op's semantics (a rank's own block is not counted, nor are the tiny
+consistency checks), so the count is independent of the algorithm MPI picks and a transpose moves exactly
+what its forward moved: summed over ranks, Bcast's ``(size-1)*n`` equals its adjoint Reduce's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+__all__ = ["Event", "note", "reset_stats", "set_debug", "stats", "trace"]
+
+
+@dataclass(frozen=True)
+class Event:
+    """One MPI call pad made: in which phase, which call, with whom, how many bytes came in."""
+
+    rank: int
+    phase: str  # "forward" (autodiff's forward sweep), "reverse" (adjoint) or "tangent" (fwddiff)
+    call: str  # the MPI call pad made, e.g. "Irecv"
+    where: str  # "-> 1", "<- 0", "root 0" or ""
+    tag: int | None
+    nbytes: int  # payload received from other ranks
+    op: str  # the user's op this call belongs to (forward) or is the adjoint of (reverse)
+    adjoint: str = ""  # forward events: what the reverse pass will call
+
+    def line(self) -> str:
+        """The debug-log line, e.g. ``r0 | Isend -> 1 tag 7 | adjoint: Irecv``."""
+        head = f"{self.call} {self.where}".rstrip() + (f" tag {self.tag}" if self.tag is not None else "")
+        if self.phase == "reverse":
+            return f"r{self.rank} | adjoint of {self.op}: {head}"
+        tail = f" | adjoint: {self.adjoint}" if self.adjoint else ""
+        label = "" if self.phase == "forward" else "tangent "
+        return f"r{self.rank} | {label}{head}{tail}"
+
+
+_debug = os.environ.get("PAD_MPI_DEBUG", "") not in ("", "0")
+_traces: list[list[Event]] = []
+_bytes: dict[str, int] = {"forward": 0, "reverse": 0, "tangent": 0}
+_calls: dict[str, int] = {"forward": 0, "reverse": 0, "tangent": 0}
+
+
+def set_debug(on: bool) -> None:
+    """Turn the per-rank transfer log on or off (``PAD_MPI_DEBUG=1`` turns it on at import)."""
+    global _debug
+    _debug = on
+
+
+def note(
+    rank: int, phase: str, call: str, where: str, tag: int | None, nbytes: int, op: str, adj: str
+) -> None:
+    """Account for one MPI call: counters; traces and the debug log when they are on (see :class:`Event`)."""
+    _bytes[phase] += nbytes
+    _calls[phase] += 1
+    if not (_traces or _debug):
+        return
+    event = Event(rank, phase, call, where, tag, nbytes, op, adj)
+    for events in _traces:
+        events.append(event)
+    if _debug:
+        print(event.line(), file=sys.stderr, flush=True)
+
+
+def stats() -> dict[str, dict[str, int]]:
+    """Bytes received from other ranks and MPI calls made by pad on this rank, per phase."""
+    return {phase: {"bytes": _bytes[phase], "calls": _calls[phase]} for phase in _bytes}
+
+
+def reset_stats() -> None:
+    for phase in _bytes:
+        _bytes[phase] = _calls[phase] = 0
+
+
+@contextlib.contextmanager
+def trace() -> Iterator[list[Event]]:
+    """Collect the :class:`Event` of every MPI call pad makes on this rank inside the block."""
+    events: list[Event] = []
+    _traces.append(events)
+    try:
+        yield events
+    finally:
+        _traces.remove(events)

@@ -1,0 +1,83 @@
+"""``pad.launch``: run a kernel over an index space, and record it for differentiation.
+
+Outside ``autodiff``/``fwddiff`` a launch runs the primal launcher. In forward mode it runs the tangent
+launcher (primal and tangents together). In reverse mode it runs the primal launcher, keeps the values the
+adjoint will read (copied only if later overwritten) and records a ``LaunchRecord`` whose ``reverse()``
+runs the adjoint launcher on the kept values and the shadows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pad import tape
+from pad.kernel import Kernel, Variant
+from pad.parallel import cpu
+
+__all__ = ["LaunchRecord", "launch"]
+
+
+def _check(k: Any, n: Any) -> int:
+    if not isinstance(k, Kernel):
+        raise TypeError(f"pad.launch needs a @pad.kernel, got {k!r}")
+    if isinstance(n, bool) or not hasattr(n, "__index__"):
+        raise TypeError(f"pad.launch: the launch size must be an integer, got {type(n).__name__} {n!r}")
+    n = int(n)
+    if n < 0:
+        raise ValueError(f"pad.launch: the launch size must not be negative, got {n}")
+    return n
+
+
+def launch(k: Kernel, n: int, *args: Any) -> None:
+    """Run ``k(i, *args)`` for every ``i`` in ``range(n)``, in parallel."""
+    n = _check(k, n)
+    ctx = tape.current()
+    if ctx is None:
+        cpu.run(k.variant(args, "primal"), n, args)
+        return
+    shadows = [ctx.shadow(a) if hasattr(a, "shape") and getattr(a, "ndim", 0) > 0 else None for a in args]
+    active = tuple(s is not None or isinstance(a, tape.ActiveScalar) for a, s in zip(args, shadows, strict=True))
+    plain = tuple(float(a) if isinstance(a, tape.ActiveScalar) else a for a in args)
+    if not ctx.reverse_mode:
+        variant = k.variant(plain, "tangent", active)
+        ctx.will_write(args[p] for p in variant.stored)
+        tangents = [shadows[p] for p in variant.active_arrays]
+        tangents += [args[p].tangent for p in variant.active_scalars]
+        cpu.run(variant, n, plain, tangents, shadows)
+        return
+    variant = k.variant(plain, "adjoint", active)
+    kept = {p: ctx.keep(args[p]) for p in variant.loaded}
+    ctx.will_write(args[p] for p in variant.stored)
+    cpu.run(k.variant(plain, "primal"), n, plain)
+    ctx.record(LaunchRecord(ctx, variant, n, plain, kept, shadows, [args[p].slot for p in variant.active_scalars]))
+
+
+class LaunchRecord:
+    """A recorded launch; its adjoint runs the adjoint launcher on kept values and shadows."""
+
+    __slots__ = ("args", "ctx", "kept", "n", "shadows", "slots", "variant")
+
+    def __init__(
+        self,
+        ctx: tape.Context,
+        variant: Variant,
+        n: int,
+        args: tuple,
+        kept: dict[int, tape.Kept],
+        shadows: list[Any],
+        slots: list[int],
+    ) -> None:
+        self.ctx, self.variant, self.n, self.args = ctx, variant, n, args
+        self.kept, self.shadows, self.slots = kept, shadows, slots
+
+    def reverse(self) -> None:
+        args = list(self.args)
+        for p, kept in self.kept.items():
+            # Arrays the kernel both reads and writes are replayed on a scratch copy of their old values.
+            args[p] = kept.scratch() if p in self.variant.stored else kept.value
+            if p not in self.variant.stored:
+                kept.release()
+        extras = [self.shadows[p] for p in self.variant.active_arrays]
+        partial = cpu.run(self.variant, self.n, tuple(args), extras, self.shadows)
+        for slot, value in zip(self.slots, partial, strict=True):
+            self.ctx.add_active_adjoint(slot, float(value))

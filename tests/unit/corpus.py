@@ -1,0 +1,728 @@
+"""A corpus of kernels of many shapes, each with a program that launches it and example arguments.
+
+Every case is checked by ``pad.check_grad`` (tests/unit/test_corpus.py) and reused by the GPU tests.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import pad
+
+HARDNESS = 38.0
+
+
+@dataclass
+class Case:
+    name: str
+    program: Callable[..., Any]
+    make_args: Callable[[np.random.Generator, Any], tuple]
+    dtype: Any = np.float64
+
+
+CASES: list[Case] = []
+
+
+def case(name: str, dtype: Any = np.float64) -> Callable:
+    def register(build: Callable[[], tuple[Callable, Callable]]) -> Callable:
+        program, make_args = build()
+        CASES.append(Case(name, program, make_args, dtype))
+        return build
+
+    return register
+
+
+def dup(a: np.ndarray) -> pad.Dup:
+    return pad.Dup(a, np.zeros_like(a))
+
+
+def arr(rng: np.random.Generator, n: int, dtype: Any, lo: float = 0.5, hi: float = 1.5) -> np.ndarray:
+    return rng.uniform(lo, hi, n).astype(dtype)
+
+
+# -------------------------------------------------------------------------------------- straight-line
+@pad.kernel
+def k_arith(i, x, y):
+    a = x[i]
+    y[i] = (a * a - 3.0 * a) / (a + 2.0) + a**3 - -a + 1.5 % a + a // 0.3
+
+
+@case("arith")
+def _arith():
+    def prog(x, y):
+        pad.launch(k_arith, x.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 16, dt)), dup(arr(rng, 16, dt)))
+
+
+@pad.kernel
+def k_elementary(i, x, y):
+    a = x[i]
+    y[i] = (
+        math.sqrt(a) + np.cbrt(a) + math.exp(a) + math.log(a) + math.log1p(a) + math.expm1(a)
+        + math.sin(a) + math.cos(a) + math.tan(a) + math.asin(a - 1.0) + math.acos(a - 1.0) + math.atan(a)
+        + math.sinh(a) + math.cosh(a) + math.tanh(a) + math.fabs(a - 1.0) + abs(a - 1.0)
+    )
+
+
+@case("elementary")
+def _elementary():
+    def prog(x, y):
+        pad.launch(k_elementary, x.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 16, dt, 0.6, 1.4)), dup(arr(rng, 16, dt)))
+
+
+@pad.kernel
+def k_binary_fns(i, x, y, z):
+    a = x[i]
+    b = y[i]
+    z[i] = math.atan2(a, b) + math.hypot(a, b) + math.pow(a, b) + np.power(b, 2.5) + math.copysign(a, b - 1.0)
+    z[i] += min(a, b) * max(a, b) + np.minimum(a, 2.0 * b) + np.maximum(a * b, 1.0) + min(a, b, 1.2)
+
+
+@case("binary functions")
+def _binary():
+    def prog(x, y, z):
+        pad.launch(k_binary_fns, x.shape[0], x, y, z)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 16, dt)), dup(arr(rng, 16, dt)), dup(arr(rng, 16, dt)))
+
+
+@pad.kernel
+def k_numpy_names(i, x, y):
+    a = x[i]
+    y[i] = np.sqrt(a) * np.exp(-a) + np.arctan2(a, 2.0) + np.arcsin(a - 1.0) + np.abs(-a) + np.log(a) + np.floor(a) * a
+
+
+@case("numpy names")
+def _numpy_names():
+    def prog(x, y):
+        pad.launch(k_numpy_names, x.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 16, dt, 0.6, 1.4)), dup(arr(rng, 16, dt)))
+
+
+@pad.kernel
+def k_tuples(i, x, y):
+    a, b = x[i], 2.0 * x[i]
+    b, a = a, b
+    t = (a * b, a + b)
+    p, q = t
+    y[i] = p * t[1] + q
+
+
+@case("tuples and unpacking")
+def _tuples():
+    def prog(x, y):
+        pad.launch(k_tuples, x.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 16, dt)), dup(arr(rng, 16, dt)))
+
+
+@pad.kernel
+def k_tuple_param(i, coef, x, y):
+    c0, c1 = coef
+    y[i] = c0 * x[i] + c1 * x[i] * x[i] + coef[0]
+
+
+@case("tuple parameter")
+def _tuple_param():
+    def prog(x, y):
+        pad.launch(k_tuple_param, x.shape[0], (0.5, 2.0), x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 16, dt)), dup(arr(rng, 16, dt)))
+
+
+@pad.kernel
+def k_active_scalar(i, a, b, x, y):
+    y[i] = a * math.sin(b * x[i]) + a * a
+
+
+@case("active scalars")
+def _active_scalar():
+    def prog(a, b, x, y):
+        pad.launch(k_active_scalar, x.shape[0], a, b, x, y)
+
+    return prog, lambda rng, dt: (pad.Active(1.3), pad.Active(0.7), dup(arr(rng, 16, dt)), dup(arr(rng, 16, dt)))
+
+
+@pad.kernel
+def k_inplace(i, y):
+    y[i] = math.sin(y[i]) * y[i] + 1.0
+
+
+@case("in-place update")
+def _inplace():
+    def prog(y):
+        pad.launch(k_inplace, y.shape[0], y)
+        pad.launch(k_inplace, y.shape[0], y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 16, dt)),)
+
+
+@pad.kernel
+def k_inplace_mul(i, y, x):
+    y[i] *= x[i]
+    y[i] /= 1.0 + x[i]
+    y[i] -= x[i] ** 2
+
+
+@case("in-place augmented")
+def _inplace_mul():
+    def prog(y, x):
+        pad.launch(k_inplace_mul, y.shape[0], y, x)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 16, dt)), dup(arr(rng, 16, dt)))
+
+
+# -------------------------------------------------------------------------------------- branches
+@pad.kernel
+def k_branches(i, x, y):
+    a = x[i]
+    if a < 0.8:
+        b = a * a
+    elif a < 1.1:
+        b = math.sin(a)
+    else:
+        b = a * 3.0
+        if b > 4.0:
+            b = b - 1.0
+    y[i] = b * a if (a > 0.9 and not a > 1.3) or a < 0.6 else b + a
+
+
+@case("if/elif/else and boolean logic")
+def _branches():
+    def prog(x, y):
+        pad.launch(k_branches, x.shape[0], x, y)
+
+    def args(rng, dt):
+        x = np.array([0.55, 0.7, 0.85, 0.95, 1.05, 1.2, 1.35, 1.45], dt)
+        return dup(x), dup(arr(rng, 8, dt))
+
+    return prog, args
+
+
+@pad.kernel
+def k_early_return(i, x, y):
+    a = x[i]
+    if a > 1.2:
+        y[i] = a
+        return
+    y[i] = a * a
+    if a < 0.8:
+        return
+    y[i] = y[i] * 3.0
+
+
+@case("early return")
+def _early_return():
+    def prog(x, y):
+        pad.launch(k_early_return, x.shape[0], x, y)
+
+    def args(rng, dt):
+        return dup(np.array([0.6, 0.7, 0.9, 1.0, 1.1, 1.3, 1.4], dt)), dup(arr(rng, 7, dt))
+
+    return prog, args
+
+
+# -------------------------------------------------------------------------------------- loops
+@pad.kernel
+def k_accumulate(i, x, y, m):
+    s = 0.0
+    for k in range(m):
+        s += x[i] * k + math.sin(s * 0.1)
+    y[i] = s
+
+
+@case("loop accumulator with recurrence")
+def _accumulate():
+    def prog(x, y):
+        pad.launch(k_accumulate, x.shape[0], x, y, 5)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 8, dt)), dup(arr(rng, 8, dt)))
+
+
+@pad.kernel
+def k_recurrence(i, x, y, m):
+    v = x[i]
+    for _ in range(m):
+        v = math.sin(v) * 1.5 + 0.1 * v * v
+    y[i] = v
+
+
+@case("nonlinear recurrence")
+def _recurrence():
+    def prog(x, y):
+        pad.launch(k_recurrence, x.shape[0], x, y, 6)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 8, dt)), dup(arr(rng, 8, dt)))
+
+
+@pad.kernel
+def k_ranges(i, x, y, lo, hi, st):
+    s = 0.0
+    for k in range(lo, hi, st):
+        s = s * 0.5 + x[i] * k
+    for k in range(hi, lo, -st):
+        s = s + math.cos(s) * k
+    for k in range(3):
+        for j in range(k, 2 * k + 1):
+            s = s * x[i] * 0.3 + j
+    y[i] = s
+
+
+@case("range start/stop/step, nested, runtime trip counts")
+def _ranges():
+    def prog(x, y):
+        pad.launch(k_ranges, x.shape[0], x, y, 1, 9, 3)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 8, dt)), dup(arr(rng, 8, dt)))
+
+
+@pad.kernel
+def k_while(i, x, y):
+    v = x[i]
+    n = 0
+    while v < 10.0:
+        v = v * 1.7 + math.sqrt(v)
+        n += 1
+    y[i] = v * n
+
+
+@case("while with data-dependent trip count")
+def _while():
+    def prog(x, y):
+        pad.launch(k_while, x.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(np.linspace(0.3, 3.0, 9).astype(dt) + 0.013), dup(arr(rng, 9, dt)))
+
+
+@pad.kernel
+def k_break_continue(i, x, y, m):
+    s = x[i]
+    for k in range(m):
+        if k == 1:
+            continue
+        s = s * s * 0.5 + 0.3
+        if s > 2.0:
+            break
+        s = s + x[i] * 0.1
+    y[i] = s
+
+
+@case("break and continue")
+def _break_continue():
+    def prog(x, y):
+        pad.launch(k_break_continue, x.shape[0], x, y, 12)
+
+    return prog, lambda rng, dt: (dup(np.linspace(0.5, 1.8, 9).astype(dt) + 0.0071), dup(arr(rng, 9, dt)))
+
+
+@pad.kernel
+def k_return_in_loop(i, x, y):
+    v = x[i]
+    for k in range(20):
+        v = v * 1.3 + 0.01 * k
+        if v > 3.0:
+            y[i] = v * v
+            return
+    y[i] = -v
+
+
+@case("return inside a loop")
+def _return_in_loop():
+    def prog(x, y):
+        pad.launch(k_return_in_loop, x.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(np.linspace(0.1, 2.0, 9).astype(dt) + 0.0033), dup(arr(rng, 9, dt)))
+
+
+@pad.kernel
+def k_while_break(i, x, y):
+    v = x[i]
+    k = 0
+    while True:
+        k += 1
+        v = v + math.sin(v) * 0.5
+        if v > 2.5 or k > 30:
+            break
+    y[i] = v
+
+
+@case("while True with break")
+def _while_break():
+    def prog(x, y):
+        pad.launch(k_while_break, x.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 9, dt)), dup(arr(rng, 9, dt)))
+
+
+@pad.kernel
+def k_array_loop_inplace(i, y, m):
+    for _ in range(m):
+        y[i] = 0.5 * (y[i] + 2.0 / y[i])
+
+
+@case("in-place array update inside a loop")
+def _array_loop_inplace():
+    def prog(y):
+        pad.launch(k_array_loop_inplace, y.shape[0], y, 4)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 8, dt, 1.0, 3.0)),)
+
+
+@pad.kernel
+def k_row_recurrence(i, a, b):
+    n = a.shape[1]
+    for j in range(1, n):
+        a[i, j] = a[i, j - 1] * 0.5 + math.sin(a[i, j]) * b[j]
+
+
+@case("2-D in-place recurrence along rows")
+def _row_recurrence():
+    def prog(a, b):
+        pad.launch(k_row_recurrence, a.shape[0], a, b)
+
+    def args(rng, dt):
+        return dup(rng.uniform(0.5, 1.5, (4, 6)).astype(dt)), dup(arr(rng, 6, dt))
+
+    return prog, args
+
+
+# -------------------------------------------------------------------------------------- indexing
+@pad.kernel
+def k_gather(i, idx, x, y):
+    y[i] = x[idx[i]] * x[idx[(i + 1) % idx.shape[0]]]
+
+
+@case("indirect gather")
+def _gather():
+    def prog(idx, x, y):
+        pad.launch(k_gather, idx.shape[0], idx, x, y)
+
+    return prog, lambda rng, dt: (rng.integers(0, 10, 12), dup(arr(rng, 10, dt)), dup(arr(rng, 12, dt)))
+
+
+@pad.kernel
+def k_scatter_add(i, idx, x, y):
+    y[idx[i]] += x[i] * x[i]
+    y[idx[i] // 2] -= math.sin(x[i])
+
+
+@case("scatter-add at shared indices")
+def _scatter():
+    def prog(idx, x, y):
+        pad.launch(k_scatter_add, idx.shape[0], idx, x, y)
+
+    return prog, lambda rng, dt: (rng.integers(0, 6, 40), dup(arr(rng, 40, dt)), dup(arr(rng, 6, dt)))
+
+
+@pad.kernel
+def k_stencil(i, x, y):
+    n = x.shape[0]
+    if i == 0 or i == n - 1:
+        y[i] = x[i]
+    else:
+        y[i] = 0.25 * x[i - 1] + 0.5 * x[i] + 0.25 * x[i + 1] + 0.1 * x[i] * x[i + 1]
+
+
+@case("1-D stencil")
+def _stencil():
+    def prog(x, y):
+        pad.launch(k_stencil, x.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 20, dt)), dup(arr(rng, 20, dt)))
+
+
+@pad.kernel
+def k_matvec(i, a, x, y):
+    s = 0.0
+    for j in range(x.shape[0]):
+        s += a[i, j] * x[j]
+    y[i] = math.tanh(s)
+
+
+@case("2-D indexing: dense mat-vec")
+def _matvec():
+    def prog(a, x, y):
+        pad.launch(k_matvec, a.shape[0], a, x, y)
+
+    def args(rng, dt):
+        return dup(rng.uniform(-1, 1, (5, 7)).astype(dt)), dup(arr(rng, 7, dt)), dup(arr(rng, 5, dt))
+
+    return prog, args
+
+
+@pad.kernel
+def k_3d(i, a, out):
+    s = 0.0
+    for j in range(a.shape[1]):
+        for k in range(a.shape[2]):
+            s += a[i, j, k] * a[i, j][k] * (j + 1)
+    out[i, 0] = s
+    out[i][1] = math.sqrt(s)
+
+
+@case("3-D arrays and chained indexing")
+def _3d():
+    def prog(a, out):
+        pad.launch(k_3d, a.shape[0], a, out)
+
+    def args(rng, dt):
+        return dup(rng.uniform(0.5, 1, (3, 4, 2)).astype(dt)), dup(rng.uniform(0.5, 1, (3, 2)).astype(dt))
+
+    return prog, args
+
+
+@pad.kernel
+def k_int_math(i, ints, x, y):
+    k = ints[i] * 2 + 1
+    j = k // 3 - k % 2
+    f = float(k) * x[i] + int(x[i] * 10.0) + j
+    y[i] = f * x[i]
+
+
+@case("integer arithmetic and casts")
+def _int_math():
+    def prog(ints, x, y):
+        pad.launch(k_int_math, x.shape[0], ints, x, y)
+
+    return prog, lambda rng, dt: (rng.integers(0, 9, 8), dup(arr(rng, 8, dt)), dup(arr(rng, 8, dt)))
+
+
+# -------------------------------------------------------------------------------------- helpers
+@pad.func
+def sq(v):
+    return v * v
+
+
+@pad.func
+def poly(v, c):
+    return sq(v) * c + sq(sq(v)), v - c
+
+
+@pad.func
+def clipped(v):
+    if v > 1.2:
+        return 1.2 + 0.1 * v
+    if v < 0.7:
+        return 0.7
+    return v
+
+
+@pad.kernel
+def k_helpers(i, x, y):
+    p, q = poly(x[i], 0.5)
+    y[i] = clipped(p) * q + sq(clipped(x[i]))
+
+
+@case("nested helpers, tuple returns, early returns in helpers")
+def _helpers():
+    def prog(x, y):
+        pad.launch(k_helpers, x.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(np.linspace(0.5, 1.5, 11).astype(dt) + 0.01), dup(arr(rng, 11, dt)))
+
+
+@pad.func
+def dot3(a, b):
+    return a[0] * b[0] + a[1] * b[1] + a[2] * b[2]
+
+
+@pad.func
+def fill_cross(a, b, out):
+    out[0] = a[1] * b[2] - a[2] * b[1]
+    out[1] = a[2] * b[0] - a[0] * b[2]
+    out[2] = a[0] * b[1] - a[1] * b[0]
+
+
+@pad.kernel
+def k_local_arrays(i, x, y):
+    a = pad.local_array(3)
+    b = pad.local_array((3,), np.float64)
+    c = pad.local_array(3)
+    for d in range(3):
+        a[d] = x[3 * i + d]
+        b[d] = math.cos(x[3 * i + d])
+    fill_cross(a, b, c)
+    y[i] = dot3(c, c) + dot3(a, b)
+
+
+@case("local arrays and helpers taking arrays")
+def _local_arrays():
+    def prog(x, y):
+        pad.launch(k_local_arrays, y.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 12, dt)), dup(arr(rng, 4, dt)))
+
+
+@pad.kernel
+def k_local_inplace(i, x, y):
+    w = pad.local_array(4)
+    for k in range(4):
+        w[k] = x[i] + k
+    for _ in range(3):
+        for k in range(1, 4):
+            w[k] = w[k] * 0.5 + math.sin(w[k - 1])
+    y[i] = w[3] * w[0]
+
+
+@case("local array overwritten in a loop")
+def _local_inplace():
+    def prog(x, y):
+        pad.launch(k_local_inplace, x.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 6, dt)), dup(arr(rng, 6, dt)))
+
+
+# -------------------------------------------------------------------------------------- app-shaped
+@pad.kernel
+def k_hex_forces(i, nodelist, x, y, z, p, fx, fy, fz):
+    xl = pad.local_array(8)
+    yl = pad.local_array(8)
+    zl = pad.local_array(8)
+    for k in range(8):
+        n = nodelist[i, k]
+        xl[k] = x[n]
+        yl[k] = y[n]
+        zl[k] = z[n]
+    cx = 0.0
+    cy = 0.0
+    cz = 0.0
+    for k in range(8):
+        cx += 0.125 * xl[k]
+        cy += 0.125 * yl[k]
+        cz += 0.125 * zl[k]
+    vol = 0.0
+    for k in range(8):
+        vol += (xl[k] - cx) ** 2 + (yl[k] - cy) ** 2 + (zl[k] - cz) ** 2
+    scale = p[i] * math.sqrt(vol)
+    for k in range(8):
+        n = nodelist[i, k]
+        fx[n] += scale * (xl[k] - cx)
+        fy[n] += scale * (yl[k] - cy)
+        fz[n] += scale * (zl[k] - cz)
+
+
+@case("LULESH-like hexahedron gather / compute / scatter-add")
+def _hex():
+    def prog(nodelist, x, y, z, p, fx, fy, fz):
+        pad.launch(k_hex_forces, nodelist.shape[0], nodelist, x, y, z, p, fx, fy, fz)
+
+    def args(rng, dt):
+        # A 3x1x1 row of hexahedra sharing faces: 16 nodes.
+        nodes = np.array([[e, e + 1, e + 5, e + 4, e + 8, e + 9, e + 13, e + 12] for e in range(3)], np.int64)
+        coords = [dup(arr(rng, 16, dt)) for _ in range(3)]
+        return (nodes, *coords, dup(arr(rng, 3, dt)), dup(arr(rng, 16, dt)), dup(arr(rng, 16, dt)), dup(arr(rng, 16, dt)))
+
+    return prog, args
+
+
+@pad.kernel
+def k_pairwise(i, pos, charge, radius, energy):
+    e = 0.0
+    xi = pos[i, 0]
+    yi = pos[i, 1]
+    for j in range(pos.shape[0]):
+        if j == i:
+            continue
+        dx = xi - pos[j, 0]
+        dy = yi - pos[j, 1]
+        r = math.sqrt(dx * dx + dy * dy)
+        dist = r - (radius[i] + radius[j])
+        if dist < 0.0:
+            e += HARDNESS * (1.0 - r / (radius[i] + radius[j]))
+        elif dist < 2.0:
+            e += charge[i] * charge[j] * (1.0 - 0.5 * dist)
+        else:
+            e -= 0.01 * charge[i] * charge[j] / r
+    energy[i] = 0.5 * e
+
+
+@case("miniBUDE-like branchy pairwise energy")
+def _pairwise():
+    def prog(pos, charge, radius, energy):
+        pad.launch(k_pairwise, pos.shape[0], pos, charge, radius, energy)
+
+    def args(rng, dt):
+        pos = rng.uniform(0, 6, (24, 2)).astype(dt)
+        return dup(pos), dup(arr(rng, 24, dt, -1, 1)), dup(arr(rng, 24, dt, 0.3, 0.8)), dup(arr(rng, 24, dt))
+
+    return prog, args
+
+
+@pad.kernel
+def k_energy_sum(i, x, total):
+    total[0] += x[i] * x[i] * 0.5
+
+
+@case("reduction into one element")
+def _energy_sum():
+    def prog(x, total):
+        pad.launch(k_energy_sum, x.shape[0], x, total)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 50, dt)), dup(arr(rng, 1, dt)))
+
+
+# -------------------------------------------------------------------------------------- programs
+@pad.kernel
+def k_scale(i, a, x, y):
+    y[i] = a * x[i]
+
+
+@pad.kernel
+def k_square_into(i, x):
+    x[i] = x[i] * x[i]
+
+
+@case("several launches, overwriting an array an earlier adjoint needs")
+def _program():
+    def prog(a, x, y, z):
+        n = x.shape[0]
+        pad.launch(k_scale, n, a, x, y)
+        pad.launch(k_inplace, n, y)
+        pad.launch(k_scale, n, a, y, z)
+        pad.launch(k_square_into, n, y)
+        for _ in range(2):
+            pad.launch(k_stencil, n, z, x)
+            pad.launch(k_stencil, n, x, z)
+        if float(z[0]) > -1e9:  # Python control flow on primal values
+            pad.launch(k_scale, n, 0.5, z, y)
+
+    return prog, lambda rng, dt: (pad.Active(0.9), dup(arr(rng, 12, dt)), dup(arr(rng, 12, dt)), dup(arr(rng, 12, dt)))
+
+
+@case("intermediate arrays allocated inside the program")
+def _intermediate():
+    def prog(x, y):
+        tmp = np.empty_like(x)
+        pad.launch(k_scale, x.shape[0], 2.0, x, tmp)
+        pad.launch(k_inplace, x.shape[0], tmp)
+        pad.launch(k_gather, x.shape[0], np.arange(x.shape[0])[::-1].copy(), tmp, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 10, dt)), dup(arr(rng, 10, dt)))
+
+
+@case("views of Dup arrays")
+def _views():
+    def prog(x, y):
+        pad.launch(k_scale, 5, 3.0, x[2:7], y[::2])
+        pad.launch(k_inplace, 4, x[:4])
+
+    return prog, lambda rng, dt: (dup(arr(rng, 10, dt)), dup(arr(rng, 10, dt)))
+
+
+# -------------------------------------------------------------------------------------- float32
+for _c in list(CASES):
+    if _c.name in {
+        "arith", "elementary", "binary functions", "loop accumulator with recurrence", "nonlinear recurrence",
+        "miniBUDE-like branchy pairwise energy", "LULESH-like hexahedron gather / compute / scatter-add",
+        "scatter-add at shared indices", "local arrays and helpers taking arrays", "if/elif/else and boolean logic",
+    }:
+        CASES.append(Case(_c.name + " [float32]", _c.program, _c.make_args, np.float32))
