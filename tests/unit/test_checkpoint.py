@@ -6,15 +6,14 @@ import gc
 import os
 import tracemalloc
 
-import kops
-import npops
 import numpy as np
 import pytest
 from checkpoint_schedules import optimal_steps_binomial
-from npops import axpy, sin_to
 
 import pad
 from pad import checkpoint, tasks
+from tests.unit import kops, npops
+from tests.unit.npops import axpy, sin_to
 
 N = 8
 

@@ -7,16 +7,15 @@ import traceback
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
-import kops
-import npops
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from npops import sin_to
 
 import pad
 from pad import tasks
+from tests.unit import kops, npops
+from tests.unit.npops import sin_to
 
 N = 16
 
