@@ -1,7 +1,5 @@
-"""A checkpointed loop whose step exchanges halos: every rank follows the same schedule, so the reverse
-communication pairs up. The halo exchange is a small test-only differentiable op on mpi4py (its adjoint is
-the transposed exchange), standing in for pad.mpi, which is built on another branch; the smoothing is a
-NumPy op or a pad kernel launch."""
+"""A checkpointed loop whose step exchanges halos (pad.mpi): every rank follows the same schedule, so the
+reverse communication pairs up. The smoothing is a small NumPy op or a pad kernel launch."""
 
 from __future__ import annotations
 
@@ -11,44 +9,16 @@ import numpy as np
 import pytest
 
 import pad
+import pad.mpi
 from pad import checkpoint, tape
 
-MPI = pytest.importorskip("mpi4py.MPI")
 M = 6  # interior cells per rank; u[0] and u[M + 1] are ghosts
-
-
-class _HaloRecord:
-    def __init__(self, comm, du):
-        self.comm, self.du = comm, du
-
-    def reverse(self):
-        """Transpose: send each ghost's shadow back to its owner, which accumulates it; zero the ghosts."""
-        comm, du = self.comm, self.du
-        left, right = (comm.rank - 1) % comm.size, (comm.rank + 1) % comm.size
-        from_right, from_left = np.empty(1), np.empty(1)
-        comm.Sendrecv(du[M + 1 :].copy(), dest=right, recvbuf=from_left, source=left)
-        comm.Sendrecv(du[:1].copy(), dest=left, recvbuf=from_right, source=right)
-        du[1] += from_left[0]
-        du[M] += from_right[0]
-        du[0] = du[M + 1] = 0.0
+pytestmark = [pytest.mark.mpi, pytest.mark.timeout(120)]
 
 
 def halo(comm, u):
-    """Periodic halo exchange: u[0] <- left neighbour's u[M], u[M+1] <- right neighbour's u[1]."""
-    left, right = (comm.rank - 1) % comm.size, (comm.rank + 1) % comm.size
-    ctx = tape.current()
-    if ctx is not None:
-        ctx.will_write([u[:1], u[M + 1 :]])
-    comm.Sendrecv(u[M : M + 1].copy(), dest=right, recvbuf=u[:1], source=left)
-    comm.Sendrecv(u[1:2].copy(), dest=left, recvbuf=u[M + 1 :], source=right)
-    if ctx is None:
-        return
-    du = ctx.shadow(u)
-    if ctx.reverse_mode:
-        ctx.record(_HaloRecord(comm, du))
-    else:
-        comm.Sendrecv(du[M : M + 1].copy(), dest=right, recvbuf=du[:1], source=left)
-        comm.Sendrecv(du[1:2].copy(), dest=left, recvbuf=du[M + 1 :], source=right)
+    """Periodic ghost exchange: u[0] <- left neighbour's u[M], u[M+1] <- right neighbour's u[1]."""
+    pad.mpi.Halo.structured(comm, (comm.size,), (M + 2,), ghost=1, periodic=True).exchange(u, "copy")
 
 
 class _SmoothRecord:
@@ -125,23 +95,15 @@ def _grad(comm, nsteps, snapshots, step=_step):
     return du, u, v
 
 
-def _all(ok: bool) -> bool:
-    return bool(MPI.COMM_WORLD.allreduce(bool(ok), op=MPI.LAND))
-
-
-@pytest.mark.mpi
 @pytest.mark.parametrize("step", [_step, _kstep], ids=["numpy", "kernel"])
 @pytest.mark.parametrize("nsteps,snapshots", [(1, 1), (9, 2), (40, 3)])
-def test_checkpointed_halo_loop_matches_keep_everything(nsteps, snapshots, step):
-    comm = MPI.COMM_WORLD
+def test_checkpointed_halo_loop_matches_keep_everything(comm, everywhere, nsteps, snapshots, step):
     got, want = _grad(comm, nsteps, snapshots, step), _grad(comm, nsteps, None, step)
     ok = all(np.allclose(a, b, rtol=1e-13, atol=1e-15) for a, b in zip(got, want, strict=True))
-    assert _all(ok and np.abs(got[0]).max() > 0), f"rank {comm.rank}: {got[0]} vs {want[0]}"
+    assert everywhere(ok and np.abs(got[0]).max() > 0), f"rank {comm.rank}: {got[0]} vs {want[0]}"
 
 
-@pytest.mark.mpi
-def test_checkpointed_halo_loop_check_grad():
-    comm = MPI.COMM_WORLD
+def test_checkpointed_halo_loop_check_grad(comm):
     rng = np.random.default_rng(10 + comm.rank)
     u = rng.uniform(0.0, 1.0, M + 2)
     pad.check_grad(
