@@ -7,6 +7,7 @@ communication (MPI, task graphs) by transposing it; long time loops by binomial 
 import importlib
 from typing import Any
 
+from pad import checkpoint, tasks
 from pad.kernel import KernelSyntaxError, func, kernel, local_array, show
 from pad.parallel import launch
 from pad.tape import Active, Const, Dup, autodiff, fwddiff
@@ -19,6 +20,7 @@ __all__ = [
     "KernelSyntaxError",
     "autodiff",
     "check_grad",
+    "checkpoint",
     "func",
     "fwddiff",
     "kernel",
@@ -26,13 +28,12 @@ __all__ = [
     "local_array",
     "mpi",
     "show",
+    "tasks",
 ]
-
-_SUBMODULES = ("mpi", "tasks", "checkpoint")
 
 
 def __getattr__(name: str) -> Any:
-    """Import ``pad.mpi`` (which starts MPI), ``pad.tasks`` and ``pad.checkpoint`` on first use."""
-    if name in _SUBMODULES:
-        return importlib.import_module(f"pad.{name}")
+    """Import ``pad.mpi`` on first use: importing it starts MPI, which plain kernel users do not need."""
+    if name == "mpi":
+        return importlib.import_module("pad.mpi")
     raise AttributeError(f"module 'pad' has no attribute {name!r}")

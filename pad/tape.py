@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -137,19 +138,20 @@ class Context:
         self.reverse_mode = reverse_mode
         self.records: list[Record] = []
         self.active_adjoints: list[float] = []
-        self._shadow_by_id: dict[int, tuple[Any, Any]] = {}
-        self._regions: list[tuple[Any, Any]] = []
+        # id(array) -> (reference to the array, its shadow); regions: arrays whose views share the shadow.
+        # Arrays are referenced weakly: an intermediate that dies (a step's temporary) leaves both maps.
+        self._shadow_by_id: dict[int, tuple[Callable[[], Any], Any]] = {}
+        self._regions: dict[int, tuple[Callable[[], Any], Any]] = {}
         self._const_ids: dict[int, Any] = {}
         self._live: dict[tuple, Kept] = {}
-        self._observers: list[list[Any]] = []
         self._lock = threading.RLock()
+        self.guard: Callable[[Record, list[Any]], Record] | None = None
 
     # -- shadows -------------------------------------------------------------------------------------
     def bind(self, x: Any, dx: Any) -> None:
         """Register ``dx`` as the shadow of ``x`` (and of every view into ``x``)."""
         with self._lock:
-            self._shadow_by_id[id(x)] = (x, dx)
-            self._regions.append((x, dx))
+            self._remember(x, dx, region=True)
 
     def mark_const(self, x: Any) -> None:
         with self._lock:
@@ -159,24 +161,63 @@ class Context:
         """The shadow of array ``x``: ``None`` if ``x`` is inactive (Const, or not floating point).
 
         Arrays first seen here (intermediates the function allocates) get a zero shadow; a view into a
-        registered array gets the matching view into its shadow.
+        registered array gets the matching view into its shadow. Once a ``guard`` is set (pad.tasks sets
+        it), the shadows an operation asks for are noted and handed to the guard with its record.
         """
+        dx = self._lookup_shadow(x)
+        if dx is not None and self.guard is not None:
+            touched = _touched.get()
+            if touched is not None:
+                touched.append(dx)
+        return dx
+
+    def is_shadow(self, x: Any) -> bool:
+        """Whether array ``x`` shares memory with the shadow of a registered array."""
+        with self._lock:
+            regions = list(self._regions.values())
+        return hasattr(x, "nbytes") and any(_overlaps(x, dbase) for _, dbase in regions)
+
+    def _lookup_shadow(self, x: Any) -> Any | None:
         hit = self._shadow_by_id.get(id(x))
-        if hit is not None and hit[0] is x:
+        if hit is not None and hit[0]() is x:
             return hit[1]
         if id(x) in self._const_ids or not _is_float_array(x):
             return None
         with self._lock:
+            hit = self._shadow_by_id.get(id(x))
+            if hit is not None and hit[0]() is x:
+                return hit[1]
             dx = self._view_of_registered(x)
-            if dx is None:
-                dx = _zeros_like(x)
-                self._regions.append((x, dx))
-            self._shadow_by_id[id(x)] = (x, dx)
-            return dx
+            self._remember(x, _zeros_like(x) if dx is None else dx, region=dx is None)
+            return self._shadow_by_id[id(x)][1]
+
+    def _remember(self, x: Any, dx: Any, region: bool) -> None:
+        """Map ``x`` to ``dx`` (and views into ``x`` to views into ``dx`` if ``region``) while ``x`` lives."""
+        key = id(x)
+
+        def forget(ref: Any) -> None:
+            with self._lock:
+                for table in (self._shadow_by_id, self._regions):
+                    if table.get(key, (None,))[0] is ref:
+                        del table[key]
+
+        try:
+            ref: Callable[[], Any] = weakref.ref(x, forget)
+        except TypeError:  # an array type without weak references: held for the context's lifetime
+
+            def ref() -> Any:
+                return x
+
+        self._shadow_by_id[key] = (ref, dx)
+        if region:
+            self._regions[key] = (ref, dx)
 
     def _view_of_registered(self, x: Any) -> Any | None:
         addr, nbytes = _address(x), x.nbytes
-        for base, dbase in self._regions:
+        for ref, dbase in list(self._regions.values()):
+            base = ref()
+            if base is None:
+                continue
             start = _address(base)
             if base.dtype != x.dtype or not (start <= addr and addr + nbytes <= start + base.nbytes):
                 continue
@@ -188,10 +229,18 @@ class Context:
 
     # -- recording (reverse mode) --------------------------------------------------------------------
     def record(self, rec: Record) -> None:
+        """Append ``rec`` to the current recording (wrapped by ``guard`` with the shadows it touched)."""
+        if self.guard is not None:
+            touched = _touched.get()
+            if touched:
+                rec = self.guard(rec, touched[:])
+                touched.clear()
         _recording.get(self.records).append(rec)
 
     def keep(self, x: Any) -> Kept:
         """Hold ``x``'s current value for an adjoint; it is copied only if something later overwrites it."""
+        if _recording.get(None) is _DISCARD:
+            return Kept(x)
         k = _key(x)
         with self._lock:
             kept = self._live.get(k)
@@ -204,8 +253,8 @@ class Context:
         """Call before an operation overwrites ``arrays``: kept values that alias them are copied first."""
         arrays = list(arrays)
         with self._lock:
-            for obs in self._observers:
-                obs.extend(arrays)
+            for obs in _observers.get():
+                obs(arrays)
             if not self._live:
                 return
             for a in arrays:
@@ -223,13 +272,20 @@ class Context:
     def observe_writes(self) -> Iterator[list[Any]]:
         """Collect every array that operations announce they overwrite inside the block."""
         seen: list[Any] = []
-        with self._lock:
-            self._observers.append(seen)
-        try:
+        with self.before_writes(seen.extend):
             yield seen
+
+    @contextlib.contextmanager
+    def before_writes(self, callback: Callable[[list[Any]], None]) -> Iterator[None]:
+        """Call ``callback(arrays)`` (under the context's lock) before operations in the block overwrite them.
+
+        The observer follows the block's own flow of control, tasks it spawns included, not other threads.
+        """
+        token = _observers.set((*_observers.get(), callback))
+        try:
+            yield
         finally:
-            with self._lock:
-                self._observers.remove(seen)
+            _observers.reset(token)
 
     def add_active_adjoint(self, slot: int, value: float) -> None:
         with self._lock:
@@ -265,6 +321,18 @@ def _view(base: Any, shape: tuple, strides: tuple, offset: int) -> Any:
 
 _context: ContextVar[Context | None] = ContextVar("pad_context", default=None)
 _recording: ContextVar[list[Record]] = ContextVar("pad_recording")
+_touched: ContextVar[list[Any] | None] = ContextVar("pad_touched", default=None)
+_observers: ContextVar[tuple[Callable[[list[Any]], None], ...]] = ContextVar("pad_observers", default=())
+
+
+class _Discard(list):
+    """The recording of an ``unrecorded()`` block: records appended to it are dropped."""
+
+    def append(self, rec: Any) -> None:
+        pass
+
+
+_DISCARD = _Discard()
 
 
 def current() -> Context | None:
@@ -276,10 +344,29 @@ def current() -> Context | None:
 def recording_into(records: list[Record]) -> Iterator[None]:
     """Append the records of the operations in this block to ``records`` instead of the main tape."""
     token = _recording.set(records)
+    ttoken = _touched.set([])
     try:
         yield
     finally:
+        _touched.reset(ttoken)
         _recording.reset(token)
+
+
+@contextlib.contextmanager
+def unrecorded() -> Iterator[None]:
+    """Run the block's operations in reverse mode without recording or keeping anything.
+
+    Unlike ``suspended()``, operations still announce what they overwrite, so values kept for earlier
+    records and write observers (checkpoint snapshots) stay right.
+    """
+    with recording_into(_DISCARD):
+        yield
+
+
+def is_recording() -> bool:
+    """Whether operations run now are recorded for a reverse pass."""
+    ctx = _context.get()
+    return ctx is not None and ctx.reverse_mode and _recording.get(None) is not _DISCARD
 
 
 @contextlib.contextmanager
@@ -372,13 +459,12 @@ def autodiff(f: Callable[..., Any], *args: Any) -> tuple[float, ...]:
     ctx = Context(reverse_mode=True)
     values = _prepare(ctx, args, reverse_mode=True)
     token = _context.set(ctx)
-    rtoken = _recording.set(ctx.records)
     try:
-        f(*values)
-        _finish_forward(ctx)
-        reverse_records(ctx.records)
+        with recording_into(ctx.records):
+            f(*values)
+            _finish_forward(ctx)
+            reverse_records(ctx.records)
     finally:
-        _recording.reset(rtoken)
         _context.reset(token)
     return tuple(ctx.active_adjoints)
 

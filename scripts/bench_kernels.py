@@ -104,7 +104,7 @@ def main() -> None:
         k: max(64, int(v * args.scale))
         for k, v in {"pairwise": 4096, "stencil": 2**24, "gather": 2**22, "inplace": 2**24}.items()
     }
-    cases = []
+    cases: list[tuple[str, Callable[..., None], list[np.ndarray], tuple]] = []
     pos = rng.uniform(0, 16, (sizes["pairwise"], 3))
     q = rng.uniform(-1, 1, sizes["pairwise"])
     cases.append(

@@ -151,7 +151,7 @@ def launcher_source(
     p = Printer(types, kinds)
     args = ", ".join(["_n", "_nchunks", *launcher.params, *launcher.extras])
     p.lines += [
-        f"@njit(parallel=True, cache=True, fastmath={fastmath}, error_model='numpy')",
+        f"@njit(parallel=True, nogil=True, cache=True, fastmath={fastmath}, error_model='numpy')",
         f"def {launcher.name}({args}):",
         "    for _c in prange(_nchunks):",
         "        _lo = _n * _c // _nchunks",

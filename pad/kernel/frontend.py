@@ -250,7 +250,11 @@ class Lowering:
         )
         if isinstance(value, (bool, int, float, np.integer, np.floating)):
             # A float32 constant stays float32 (numba types it so); other NumPy scalars become Python numbers.
-            return Lit(value if isinstance(value, np.float32) else (value.item() if isinstance(value, np.generic) else value))
+            return Lit(
+                value
+                if isinstance(value, np.float32)
+                else (value.item() if isinstance(value, np.generic) else value)
+            )
         raise scope.src.error(
             node,
             f"the name {n!r} is not a local variable, a parameter or a numeric global",

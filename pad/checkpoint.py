@@ -1,0 +1,523 @@
+"""Checkpointed time loops: binomial (Revolve) schedules trade memory for recomputation.
+
+Inside ``autodiff``, ``loop`` runs ``step`` through a ``checkpoint_schedules`` Multistage (Revolve) schedule:
+it keeps at most ``snapshots`` copies of the loop's state, records only the step being reversed, and
+recomputes the others from the nearest snapshot. The state is found, not declared: it is every array the
+steps announce they overwrite (``Context.before_writes``). A snapshot copies those arrays; an array first
+overwritten after a snapshot was taken is added to it, before the write, with the value it still holds.
+Snapshots are restored before each recomputation.
+
+``while_loop`` does not know its step count in advance: its forward pass keeps snapshots at multiples of a
+period that doubles whenever more than ``snapshots`` would be held; its reverse pass reverses each interval
+between two of them with an offline Revolve schedule using the slots that are free.
+
+``segment`` keeps only its inputs (copied only if something later overwrites them) and recomputes ``fn`` in
+the reverse pass. Outside ``autodiff`` all three are plain calls; in ``fwddiff`` they carry tangents.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import tempfile
+import types
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from checkpoint_schedules import (
+    Copy,
+    EndForward,
+    EndReverse,
+    Forward,
+    Move,
+    MultistageCheckpointSchedule,
+    Reverse,
+    multistage,
+)
+
+from pad import tape
+
+# The schedule library jit-compiles its small step-count helper with numba when numba is installed, which
+# costs seconds at the first checkpointed loop of every process; its plain-Python form is just as exact
+# and takes microseconds per call.
+multistage.n_advance = getattr(multistage.n_advance, "py_func", multistage.n_advance)
+
+__all__ = ["Stats", "loop", "segment", "while_loop"]
+
+
+@dataclass
+class Stats:
+    """What a checkpointed loop did: pass ``stats=Stats()`` to ``loop``/``while_loop``.
+
+    Complete once the loop's reverse pass has run.
+    """
+
+    nsteps: int = 0  # steps of the loop
+    steps: int = 0  # step calls in all: first sweep, recomputations and the recorded re-runs
+    snapshots_peak: int = 0  # most snapshots held at once
+    peak_bytes: int = 0  # most snapshot bytes held at once (in memory or on disk)
+    state_bytes: int = 0  # bytes of one copy of the state (the arrays the steps overwrite)
+
+    @property
+    def recomputed(self) -> int:
+        """Step calls beyond the first sweep."""
+        return self.steps - self.nsteps
+
+
+# ---------------------------------------------------------------------------------------------- arrays
+def _arrays_in(obj: Any, path: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
+    """The arrays in ``obj`` (nested lists, tuples, dicts and plain objects: 3 levels, 1000 items each)."""
+    if hasattr(obj, "shape") and hasattr(obj, "dtype"):
+        yield path, obj
+    elif depth >= 3 or isinstance(obj, (str, bytes, type, types.ModuleType)) or callable(obj):
+        return
+    elif isinstance(obj, (list, tuple)):
+        for i, v in enumerate(obj[:_BREADTH]):
+            yield from _arrays_in(v, f"{path}[{i}]", depth + 1)
+    elif isinstance(obj, dict):
+        for k, v in itertools.islice(obj.items(), _BREADTH):
+            yield from _arrays_in(v, f"{path}[{k!r}]", depth + 1)
+    elif hasattr(obj, "__dict__"):
+        for k, v in itertools.islice(vars(obj).items(), _BREADTH):
+            yield from _arrays_in(v, f"{path}.{k}", depth + 1)
+
+
+_BREADTH = 1000
+
+
+def _root(a: Any) -> Any:
+    """The array that owns ``a``'s memory (``a`` itself unless it is a view)."""
+    while getattr(a, "base", None) is not None and hasattr(a.base, "shape"):
+        a = a.base
+    return a
+
+
+class _Layout:
+    """The identity and shape of every array among a loop's arguments, checked after each step."""
+
+    def __init__(self, args: tuple) -> None:
+        self._args = args
+        self._seen = self._now()
+
+    def _now(self) -> list[tuple[str, int, tuple]]:
+        return [(p, id(a), tuple(a.shape)) for p, a in _arrays_in(self._args, "args")]
+
+    def check(self, t: int) -> None:
+        now = self._now()
+        if now == self._seen:
+            return
+        for (path, ident, shape), (_, ident2, shape2) in zip(self._seen, now, strict=True):
+            if shape != shape2:
+                raise ValueError(
+                    f"pad.checkpoint: step {t} changed the shape of {path} from {shape} to {shape2}; "
+                    "a checkpointed step must keep the shapes of its arrays"
+                )
+            if ident != ident2:
+                raise ValueError(
+                    f"pad.checkpoint: step {t} replaced {path} by a new array; a checkpointed step must "
+                    "update its arrays in place"
+                )
+        raise ValueError(f"pad.checkpoint: step {t} changed the arrays among its arguments")
+
+
+def _check_snapshots(snapshots: int | None, storage: str) -> None:
+    if snapshots is not None and (not isinstance(snapshots, (int, np.integer)) or snapshots < 1):
+        raise ValueError(f"pad.checkpoint: snapshots must be None or an integer >= 1, got {snapshots!r}")
+    if storage not in ("memory", "disk"):
+        raise ValueError(f"pad.checkpoint: storage must be 'memory' or 'disk', got {storage!r}")
+
+
+# ---------------------------------------------------------------------------------------------- snapshots
+class _Saved:
+    """One saved copy of an array, in memory or in a file; shared by every snapshot that holds it."""
+
+    __slots__ = ("data", "nbytes", "shape")
+
+    def __init__(self, data: Any, nbytes: int, shape: tuple) -> None:
+        self.data, self.nbytes, self.shape = data, nbytes, shape
+
+
+def _remove(folder: str | None) -> None:
+    if folder is not None:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+class _Store:
+    """The snapshots of one loop: the state arrays found so far and, per step, a copy of each."""
+
+    def __init__(self, ctx: tape.Context, storage: str, directory: str | None, stats: Stats) -> None:
+        self._ctx = ctx
+        self._roots: dict[int, weakref.ref] = {}
+        self._held: dict[int, dict[int, _Saved]] = {}
+        self._stats = stats
+        self._dir: str | None = None
+        self._files = 0
+        self.disk = storage == "disk"
+        if self.disk:
+            if directory is not None:
+                os.makedirs(directory, exist_ok=True)
+            self._dir = tempfile.mkdtemp(prefix="pad-checkpoint-", dir=directory)
+        # removes the snapshot files: at the end of the reverse pass, after an error, or when forgotten
+        self.close = weakref.finalize(self, _remove, self._dir)
+
+    def _save(self, a: Any) -> _Saved:
+        if self._dir is None:
+            return _Saved(a.copy(), a.nbytes, a.shape)
+        self._files += 1
+        path = os.path.join(self._dir, f"{self._files}.npy")
+        np.save(path, a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else a)
+        return _Saved(path, a.nbytes, a.shape)
+
+    def _forget(self, key: int) -> Callable[[Any], None]:
+        def gone(_: Any) -> None:  # a temporary array the step wrote has died: drop its copies
+            self._roots.pop(key, None)
+            for snap in list(self._held.values()):
+                self._discard([snap.pop(key)] if key in snap else [])
+
+        return gone
+
+    def capture(self, arrays: list[Any]) -> None:
+        """Observer of writes: an array first overwritten now joins the state and every held snapshot."""
+        new = [r for r in map(_root, arrays) if id(r) not in self._roots]
+        for r in new:
+            self._roots[id(r)] = weakref.ref(r, self._forget(id(r)))
+            if self._held:
+                saved = self._save(r)
+                for snap in self._held.values():
+                    snap[id(r)] = saved
+        if new:
+            self._account()
+
+    def take(self, n: int, account: bool = True) -> None:
+        live = [(k, ref()) for k, ref in list(self._roots.items())]
+        self._held[n] = {k: self._save(r) for k, r in live if r is not None}
+        if account:
+            self._account()
+
+    @contextlib.contextmanager
+    def preserved(self) -> Iterator[None]:
+        """Put the state back as it is now when the block ends (the reverse pass leaves primals as found)."""
+        final = -1
+        self.take(final, account=False)
+        yield
+        self.restore(final, drop=True)
+
+    def holds(self, n: int) -> bool:
+        return n in self._held
+
+    def positions(self) -> list[int]:
+        return sorted(k for k in self._held if k >= 0)
+
+    def restore(self, n: int, drop: bool) -> None:
+        """Put the state back as it was at step ``n`` (and forget that snapshot if ``drop``)."""
+        snap = self._held[n]
+        pairs = [
+            (r, snap[k]) for k, ref in list(self._roots.items()) if (r := ref()) is not None and k in snap
+        ]
+        for r, saved in pairs:
+            if tuple(r.shape) != tuple(saved.shape):
+                raise ValueError(
+                    f"pad.checkpoint: an array of the loop state changed shape from {saved.shape} to "
+                    f"{r.shape}; a checkpointed step must keep the shapes of its arrays"
+                )
+        self._ctx.will_write([r for r, _ in pairs])
+        for r, saved in pairs:
+            r[...] = np.load(saved.data, mmap_mode="r") if self._dir is not None else saved.data
+        if drop:
+            self.drop(n)
+
+    def drop(self, n: int) -> None:
+        self._discard(list(self._held.pop(n).values()))
+
+    def _discard(self, saved: list[_Saved]) -> None:
+        if self._dir is None:
+            return
+        held = {id(s) for snap in self._held.values() for s in snap.values()}
+        for s in saved:
+            if id(s) not in held:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(s.data)
+
+    def _account(self) -> None:
+        snaps = [snap for n, snap in self._held.items() if n >= 0]
+        unique = {id(s): s.nbytes for snap in snaps for s in snap.values()}
+        self._stats.peak_bytes = max(self._stats.peak_bytes, sum(unique.values()))
+        state = sum(r.nbytes for ref in list(self._roots.values()) if (r := ref()) is not None)
+        self._stats.state_bytes = max(self._stats.state_bytes, state)
+        self._stats.snapshots_peak = max(self._stats.snapshots_peak, len(snaps))
+
+
+# ---------------------------------------------------------------------------------------------- running
+class _Loop:
+    """A checkpointed loop's step, arguments, snapshots and counters."""
+
+    def __init__(
+        self,
+        ctx: tape.Context,
+        step: Callable[..., Any],
+        args: tuple,
+        storage: str,
+        directory: str | None,
+        stats: Stats | None,
+    ) -> None:
+        self.ctx, self.step, self.args = ctx, step, args
+        self.stats = Stats() if stats is None else stats
+        self.store = _Store(ctx, storage, directory, self.stats)
+        self.layout = _Layout(args)
+
+    def advance(self, t: int, records: list[tape.Record] | None) -> None:
+        """Run step ``t``: recorded into ``records``, or (``None``) without recording."""
+        self.stats.steps += 1
+        with tape.unrecorded() if records is None else tape.recording_into(records):
+            self.step(t, *self.args)
+        self.layout.check(t)
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Observe the steps' writes; on an error remove the snapshots before it propagates."""
+        try:
+            with self.ctx.before_writes(self.store.capture):
+                yield
+        except BaseException:
+            self.store.close()
+            raise
+
+
+class _Sweep:
+    """Steps ``offset .. offset+n-1`` of a loop run through a Multistage (Revolve) schedule.
+
+    ``held`` says the state at ``offset`` is already a snapshot (``while_loop``'s intervals).
+    """
+
+    def __init__(self, lp: _Loop, offset: int, n: int, slots: int, held: bool) -> None:
+        self._lp, self._offset, self._held = lp, offset, held
+        ram, on_disk = (0, slots) if lp.store.disk else (slots, 0)
+        self._actions = iter(MultistageCheckpointSchedule(n, ram, on_disk))
+        self._records: list[tape.Record] = []
+
+    def run(self) -> None:
+        """Carry out the schedule's actions up to its end of the forward pass, or of the reverse pass."""
+        lp, off = self._lp, self._offset
+        for action in self._actions:
+            if isinstance(action, Forward):
+                if action.write_ics and not (self._held and action.n0 == 0):
+                    lp.store.take(off + action.n0)
+                records = self._records if action.write_adj_deps else None
+                for t in range(action.n0, action.n1):
+                    lp.advance(off + t, records)
+            elif isinstance(action, Reverse):
+                tape.reverse_records(self._records)
+            elif isinstance(action, (Copy, Move)):
+                lp.store.restore(off + action.n, drop=isinstance(action, Move))
+            elif isinstance(action, (EndForward, EndReverse)):
+                return
+            else:  # pragma: no cover - Multistage emits only the actions above
+                raise RuntimeError(f"pad.checkpoint: unexpected schedule action {action!r}")
+
+
+class _LoopRecord:
+    """``loop``'s record: its reverse carries on the Revolve schedule from the end of the forward pass."""
+
+    def __init__(self, lp: _Loop, sweep: _Sweep) -> None:
+        self._lp, self._sweep = lp, sweep
+
+    def reverse(self) -> None:
+        with self._lp.running(), self._lp.store.preserved():
+            self._sweep.run()
+        self._lp.store.close()
+
+
+class _WhileRecord:
+    """``while_loop``'s record: reverses the intervals between its snapshots, last first, each by Revolve."""
+
+    def __init__(self, lp: _Loop, nsteps: int, snapshots: int) -> None:
+        self._lp, self._n, self._s = lp, nsteps, snapshots
+
+    def reverse(self) -> None:
+        store = self._lp.store
+        marks = store.positions()
+        with self._lp.running(), store.preserved():
+            for i in reversed(range(len(marks))):
+                a, b = marks[i], (marks[i + 1] if i + 1 < len(marks) else self._n)
+                store.restore(a, drop=False)
+                sweep = _Sweep(self._lp, a, b - a, self._s - i, held=True)
+                sweep.run()  # forward part
+                sweep.run()  # reverse part
+                if store.holds(a):
+                    store.drop(a)
+        store.close()
+
+
+# ---------------------------------------------------------------------------------------------- public
+def loop(
+    step: Callable[..., Any],
+    nsteps: int,
+    *args: Any,
+    snapshots: int | None = None,
+    storage: str = "memory",
+    directory: str | None = None,
+    stats: Stats | None = None,
+) -> None:
+    """Call ``step(t, *args)`` for ``t in range(nsteps)``; inside ``autodiff`` keep at most ``snapshots``.
+
+    ``snapshots=None`` keeps everything (records every step). ``storage="disk"`` writes the snapshots to
+    files in a fresh folder under ``directory`` (the system's temporary folder by default), removed when the
+    reverse pass ends or fails. ``stats`` (a ``Stats``) counts steps, recomputations and snapshot memory.
+    """
+    _check_snapshots(snapshots, storage)
+    if snapshots is None or not tape.is_recording() or nsteps < 1:
+        for t in range(nsteps):
+            step(t, *args)
+        if stats is not None:
+            stats.nsteps = stats.steps = nsteps
+        return
+    ctx = tape.current()
+    assert ctx is not None
+    lp = _Loop(ctx, step, args, storage, directory, stats)
+    lp.stats.nsteps = nsteps
+    sweep = _Sweep(lp, 0, nsteps, snapshots, held=False)
+    with lp.running():
+        sweep.run()
+    ctx.record(_LoopRecord(lp, sweep))
+
+
+def while_loop(
+    cond: Callable[..., Any],
+    step: Callable[..., Any],
+    *args: Any,
+    snapshots: int | None = None,
+    storage: str = "memory",
+    directory: str | None = None,
+    stats: Stats | None = None,
+) -> int:
+    """``t = 0; while cond(*args): step(t, *args); t += 1`` with an online checkpointing schedule.
+
+    ``cond`` is evaluated on primal values only; inside ``autodiff`` it may not read a shadow array. Returns
+    the number of steps taken. Options as for ``loop``.
+    """
+    _check_snapshots(snapshots, storage)
+    ctx = tape.current()
+    if ctx is not None and ctx.reverse_mode:
+        _refuse_shadow_reads(ctx, cond, args)
+    if snapshots is None or not tape.is_recording():
+        t = 0
+        while cond(*args):
+            step(t, *args)
+            t += 1
+        if stats is not None:
+            stats.nsteps = stats.steps = t
+        return t
+    assert ctx is not None
+    lp = _Loop(ctx, step, args, storage, directory, stats)
+    store, t, period = lp.store, 0, 1
+    with lp.running():
+        while cond(*args):
+            if t % period == 0:
+                if len(store.positions()) >= snapshots:  # thin out: keep every other snapshot
+                    period *= 2
+                    for k in store.positions():
+                        if k % period:
+                            store.drop(k)
+                if t % period == 0:
+                    store.take(t)
+            lp.advance(t, None)
+            t += 1
+    lp.stats.nsteps = t
+    if t == 0:
+        store.close()
+    else:
+        ctx.record(_WhileRecord(lp, t, snapshots))
+    return t
+
+
+def _refuse_shadow_reads(ctx: tape.Context, cond: Callable[..., Any], args: tuple) -> None:
+    """Refuse a ``while_loop`` condition that can see a shadow array (argument, closure, global, default)."""
+    seen: list[tuple[str, Any]] = list(_arrays_in(args, "args"))
+    code = getattr(cond, "__code__", None)
+    if code is not None:
+        cells = zip(code.co_freevars, getattr(cond, "__closure__", None) or (), strict=False)
+        for name, cell in cells:
+            with contextlib.suppress(ValueError):  # an empty cell
+                seen += _arrays_in(cell.cell_contents, name)
+        scope = getattr(cond, "__globals__", {})
+        for name in code.co_names:
+            if name in scope:
+                seen += _arrays_in(scope[name], name)
+        seen += _arrays_in(getattr(cond, "__defaults__", None) or (), "defaults")
+    if hasattr(cond, "__self__"):
+        seen += _arrays_in(cond.__self__, "self")
+    for path, a in seen:
+        if ctx.is_shadow(a):
+            raise ValueError(
+                f"pad.checkpoint.while_loop: the condition can read {path}, a shadow array; the number "
+                "of steps must depend on primal values only"
+            )
+
+
+class _SegmentRecord:
+    """``segment``'s record: restore the inputs, rerun ``fn`` recording it, and reverse that."""
+
+    def __init__(self, fn: Callable[..., Any], args: tuple, inputs: list[tuple[Any, tape.Kept]]) -> None:
+        self._fn, self._args, self._inputs = fn, args, inputs
+
+    def reverse(self) -> None:
+        ctx = tape.current()
+        assert ctx is not None
+        changed = [(a, k) for a, k in self._inputs if k.copied]
+        now = [a.copy() for a, _ in changed]  # to leave the primal arrays as the reverse pass found them
+        ctx.will_write([a for a, _ in changed])
+        for a, k in changed:
+            a[...] = k.array
+        for _, k in self._inputs:
+            k.release()
+        records: list[tape.Record] = []
+        with tape.recording_into(records):
+            self._fn(*self._args)
+        tape.reverse_records(records)
+        for (a, _), value in zip(changed, now, strict=True):
+            a[...] = value
+
+
+def segment(fn: Callable[..., Any], *args: Any) -> Any:
+    """Run ``fn(*args)`` keeping nothing for the reverse pass but its inputs; recompute it there.
+
+    Inside ``autodiff``, ``fn`` must update its arguments in place (an array it returns would be a new one
+    when recomputed, cut off from its seed).
+    """
+    if not tape.is_recording():
+        return fn(*args)
+    ctx = tape.current()
+    assert ctx is not None
+    inputs: dict[int, tuple[Any, tape.Kept]] = {}
+    for _, a in _arrays_in(args, "args"):
+        r = _root(a)
+        inputs.setdefault(id(r), (r, ctx.keep(r)))
+    written: dict[int, tuple[weakref.ref, Any]] = {}
+
+    def before(arrays: list[Any]) -> None:
+        for a in arrays:
+            r = _root(a)
+            if id(r) not in inputs and id(r) not in written:
+                written[id(r)] = (weakref.ref(r), r.copy())
+
+    with ctx.before_writes(before), tape.unrecorded():
+        result = fn(*args)
+    if any(True for _ in _arrays_in(result, "result")):
+        raise TypeError(
+            "pad.checkpoint.segment: fn returned an array; inside autodiff a segment must update its "
+            "arguments in place"
+        )
+    kept = list(inputs.values())
+    for ref, copy in written.values():
+        r = ref()
+        if r is not None:  # state outside the arguments (e.g. a closure's array): restore it as well
+            k = tape.Kept(copy)
+            k.copied = True
+            kept.append((r, k))
+    ctx.record(_SegmentRecord(fn, args, kept))
+    return result

@@ -1,0 +1,374 @@
+"""pad.checkpoint: checkpointed gradients equal keep-everything gradients, within the snapshot budget."""
+
+from __future__ import annotations
+
+import gc
+import os
+import tracemalloc
+
+import numpy as np
+import pytest
+from checkpoint_schedules import optimal_steps_binomial
+
+import pad
+from pad import checkpoint, tasks
+from tests.unit import kops, npops
+from tests.unit.npops import axpy, sin_to
+
+N = 8
+
+
+def make_step(ops):
+    def step(t, u, v, w):
+        """Ping-pong state (u and v written on alternate steps) and an array first written late (w)."""
+        src, dst = (u, v) if t % 2 == 0 else (v, u)
+        ops.sin_to(src, dst)
+        ops.axpy(0.25, src, dst)
+        if t >= 3:
+            ops.axpy(0.5, dst, w)
+
+    return step
+
+
+step = make_step(npops)
+
+
+def _run(nsteps, snapshots, storage="memory", directory=None, while_=False, step=step):
+    u = np.linspace(0.1, 1.0, N)
+    v, w = np.zeros(N), np.zeros(N)
+    du, dv, dw = np.zeros(N), np.linspace(1.0, 2.0, N), np.linspace(-1.0, 1.0, N)
+    stats = checkpoint.Stats()
+    opts = {"snapshots": snapshots, "storage": storage, "directory": directory, "stats": stats}
+
+    def f(u, v, w):
+        if while_:
+            count = [0]
+
+            def more(u, v, w):
+                count[0] += 1
+                return count[0] <= nsteps
+
+            assert checkpoint.while_loop(more, step, u, v, w, **opts) == nsteps
+        else:
+            checkpoint.loop(step, nsteps, u, v, w, **opts)
+
+    pad.autodiff(f, pad.Dup(u, du), pad.Dup(v, dv), pad.Dup(w, dw))
+    return (u, v, w, du, dv, dw), stats
+
+
+_reference: dict[int, tuple] = {}
+
+
+def _expected(nsteps):
+    if nsteps not in _reference:
+        _reference[nsteps] = _run(nsteps, None)[0]
+    return _reference[nsteps]
+
+
+@pytest.mark.parametrize("nsteps", [1, 2, 7, 50, 200])
+@pytest.mark.parametrize("snapshots", [1, 2, 3, 4, 5])
+def test_loop_matches_keep_everything(nsteps, snapshots):
+    got, stats = _run(nsteps, snapshots)
+    for a, b in zip(got, _expected(nsteps), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-14)
+    assert stats.steps == optimal_steps_binomial(nsteps, min(snapshots, nsteps - 1))
+    assert stats.recomputed == stats.steps - nsteps
+    assert stats.snapshots_peak <= snapshots
+    written = min(nsteps, 2) + (nsteps > 3)  # v, then u, then w from step 3 on
+    assert stats.state_bytes == written * N * 8  # exactly the arrays the steps overwrite
+    assert stats.peak_bytes <= snapshots * stats.state_bytes
+
+
+@pytest.mark.parametrize("nsteps", [1, 2, 7, 50, 200])
+@pytest.mark.parametrize("snapshots", [1, 2, 5])
+def test_while_loop_matches_keep_everything(nsteps, snapshots):
+    got, stats = _run(nsteps, snapshots, while_=True)
+    for a, b in zip(got, _expected(nsteps), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-14)
+    assert stats.snapshots_peak <= snapshots
+    assert stats.peak_bytes <= snapshots * stats.state_bytes
+    assert stats.steps >= 2 * nsteps - 1  # every step recomputed at least once to record it
+    optimum = optimal_steps_binomial(nsteps, min(snapshots, nsteps - 1))
+    assert stats.steps <= 1.6 * optimum + 2  # online: within 5-60% of the offline optimum here
+
+
+@pytest.mark.parametrize("nsteps,snapshots", [(7, 1), (20, 3)])
+def test_loop_of_kernel_launches(nsteps, snapshots):
+    kstep = make_step(kops)
+    got, stats = _run(nsteps, snapshots, step=kstep)
+    for a, b in zip(got, _expected(nsteps), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+    assert stats.steps == optimal_steps_binomial(nsteps, snapshots)
+    got, _ = _run(nsteps, snapshots, step=kstep, while_=True)
+    for a, b in zip(got, _expected(nsteps), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
+
+
+def test_keep_everything_loop_records_every_step_once():
+    _, stats = _run(7, None)
+    assert (stats.steps, stats.recomputed) == (7, 0)
+
+
+def test_snapshot_memory_is_bounded():
+    """Traced peak memory with 3 snapshots is a fraction of keeping every step."""
+    big = 20_000
+
+    def peak(snapshots):
+        u, v, w = np.linspace(0.0, 1.0, big), np.zeros(big), np.zeros(big)
+        tracemalloc.start()
+        pad.autodiff(
+            lambda u, v, w: checkpoint.loop(step, 60, u, v, w, snapshots=snapshots),
+            pad.Dup(u, np.zeros(big)),
+            pad.Dup(v, np.ones(big)),
+            pad.Dup(w, np.ones(big)),
+        )
+        result = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        return result
+
+    state = 3 * big * 8
+    kept = peak(3)
+    assert kept < (3 + 4) * state  # 3 snapshots, the final state put back, one step's tape and temporaries
+    assert peak(None) > 3 * kept
+
+
+def test_disk_snapshots_match_and_are_removed(tmp_path):
+    got, stats = _run(50, 3, storage="disk", directory=str(tmp_path))
+    for a, b in zip(got, _expected(50), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-14)
+    assert stats.peak_bytes <= 3 * stats.state_bytes
+    assert os.listdir(tmp_path) == []
+
+
+def test_disk_snapshots_are_removed_after_an_error(tmp_path):
+    calls = [0]
+
+    def flaky(t, u, v, w):
+        calls[0] += 1
+        if calls[0] == 60:  # fails while recomputing in the reverse pass
+            raise FloatingPointError("step failed")
+        step(t, u, v, w)
+
+    seen = []
+
+    def f(u, v, w):
+        checkpoint.loop(flaky, 50, u, v, w, snapshots=3, storage="disk", directory=str(tmp_path))
+        seen.extend(os.listdir(tmp_path))
+
+    with pytest.raises(FloatingPointError):
+        pad.autodiff(f, *(pad.Dup(np.ones(N), np.ones(N)) for _ in range(3)))
+    assert seen and os.listdir(tmp_path) == []
+
+    def g(u, v, w):  # fails in the forward pass
+        checkpoint.loop(
+            lambda t, *a: flaky(t + 100, *a),
+            50,
+            u,
+            v,
+            w,
+            snapshots=3,
+            storage="disk",
+            directory=str(tmp_path),
+        )
+
+    calls[0] = 0
+    with pytest.raises(FloatingPointError):
+        pad.autodiff(g, *(pad.Dup(np.ones(N), np.ones(N)) for _ in range(3)))
+    assert os.listdir(tmp_path) == []
+
+    def h(u, v, w):  # the loop ends, then something after it fails: its reverse pass never runs
+        checkpoint.loop(step, 20, u, v, w, snapshots=3, storage="disk", directory=str(tmp_path))
+        raise KeyError("later failure")
+
+    with pytest.raises(KeyError):
+        pad.autodiff(h, *(pad.Dup(np.ones(N), np.ones(N)) for _ in range(3)))
+    gc.collect()
+    assert os.listdir(tmp_path) == []
+
+
+def test_while_loop_disk(tmp_path):
+    got, _ = _run(20, 2, storage="disk", directory=str(tmp_path), while_=True)
+    for a, b in zip(got, _expected(20), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-14)
+    assert os.listdir(tmp_path) == []
+
+
+# ---------------------------------------------------------------------------------------------- other modes
+def test_outside_autodiff_and_in_fwddiff_it_is_a_plain_loop():
+    u1, v1, w1 = np.linspace(0.1, 1.0, N), np.zeros(N), np.zeros(N)
+    u2, v2, w2 = u1.copy(), v1.copy(), w1.copy()
+    checkpoint.loop(step, 9, u1, v1, w1, snapshots=2)
+    for t in range(9):
+        step(t, u2, v2, w2)
+    np.testing.assert_array_equal(w1, w2)
+
+    # forward mode against reverse mode (dot-product test) through the generic checker
+    pad.check_grad(
+        lambda u, v, w: checkpoint.loop(step, 9, u, v, w, snapshots=2),
+        pad.Dup(np.linspace(0.1, 1.0, N), np.zeros(N)),
+        pad.Dup(np.zeros(N), np.zeros(N)),
+        pad.Dup(np.zeros(N), np.zeros(N)),
+    )
+
+
+def test_segment_matches_plain_gradient():
+    def nine(u, v, w):
+        for t in range(9):
+            step(t, u, v, w)
+
+    def grads(f):
+        u, v, w = np.linspace(0.1, 1.0, N), np.zeros(N), np.zeros(N)
+        du, dv, dw = np.zeros(N), np.ones(N), np.ones(N)
+        pad.autodiff(f, pad.Dup(u, du), pad.Dup(v, dv), pad.Dup(w, dw))
+        return du, dv, dw
+
+    def seg(u, v, w):
+        checkpoint.segment(nine, u, v, w)
+        axpy(1.0, v, u)  # overwrites an input of the segment after it ran
+
+    def plain(u, v, w):
+        nine(u, v, w)
+        axpy(1.0, v, u)
+
+    for a, b in zip(grads(seg), grads(plain), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
+
+
+def test_checkpointed_step_that_spawns_tasks_of_launches():
+    def tstep(t, x, ys, out):
+        ts = [tasks.spawn(kops.sin_to, x, y) for y in ys]
+        tasks.wait_all(ts)
+        for y in ys:
+            kops.axpy(0.1, y, out)
+        kops.axpy(0.2, out, x)
+
+    def grads(snapshots):
+        x, ys, out = np.linspace(0.1, 1.0, N), [np.zeros(N) for _ in range(3)], np.zeros(N)
+        dx, dout = np.zeros(N), np.ones(N)
+        pad.autodiff(
+            lambda x, y0, y1, y2, out: checkpoint.loop(tstep, 12, x, [y0, y1, y2], out, snapshots=snapshots),
+            pad.Dup(x, dx),
+            *(pad.Dup(y, np.zeros(N)) for y in ys),
+            pad.Dup(out, dout),
+        )
+        return dx
+
+    np.testing.assert_allclose(grads(2), grads(None), rtol=1e-13)
+
+
+# ---------------------------------------------------------------------------------------------- errors
+@pytest.mark.parametrize("bad", [0, -1, 2.5])
+def test_snapshots_must_be_at_least_one(bad):
+    with pytest.raises(ValueError, match="snapshots must be None or an integer >= 1"):
+        checkpoint.loop(step, 3, np.ones(N), np.ones(N), np.ones(N), snapshots=bad)
+    with pytest.raises(ValueError, match="snapshots"):
+        checkpoint.while_loop(lambda *a: False, step, snapshots=bad)
+
+
+def test_step_that_changes_shapes_is_refused():
+    state = {"u": np.ones(N), "v": np.zeros(N)}
+
+    def grow(t, s):
+        s["u"] = np.concatenate([s["u"], [1.0]])
+        sin_to(s["u"][:N], s["v"])
+
+    with pytest.raises(ValueError, match=r"changed the shape of args\[0\]\['u'\]"):
+        pad.autodiff(
+            lambda u, v: checkpoint.loop(grow, 4, {"u": u, "v": v}, snapshots=2),
+            *(pad.Dup(a, np.ones(N)) for a in state.values()),
+        )
+
+    def replace(t, s):
+        s["v"] = np.zeros(N)
+        sin_to(s["u"], s["v"])
+
+    with pytest.raises(ValueError, match=r"replaced .* by a new array"):
+        pad.autodiff(
+            lambda u, v: checkpoint.loop(replace, 4, {"u": u, "v": v}, snapshots=2),
+            *(pad.Dup(np.ones(N), np.ones(N)) for _ in range(2)),
+        )
+
+
+def test_while_condition_reading_a_shadow_is_refused():
+    u, du = np.linspace(0.1, 1.0, N), np.ones(N)
+
+    def f(u, v, w):
+        checkpoint.while_loop(lambda u, v, w: du[0] < 5.0, step, u, v, w, snapshots=2)
+
+    with pytest.raises(ValueError, match="condition can read du, a shadow array"):
+        pad.autodiff(f, pad.Dup(u, du), pad.Dup(np.zeros(N), np.ones(N)), pad.Dup(np.zeros(N), np.ones(N)))
+
+
+def test_segment_returning_an_array_is_refused():
+    with pytest.raises(TypeError, match="update its arguments in place"):
+        pad.autodiff(lambda u: checkpoint.segment(lambda u: u * 2.0, u), pad.Dup(np.ones(N), np.ones(N)))
+
+
+def test_bad_storage_is_refused():
+    with pytest.raises(ValueError, match="storage"):
+        checkpoint.loop(step, 3, snapshots=2, storage="tape")
+
+
+def test_writes_of_a_concurrent_task_are_not_loop_state():
+    import threading
+
+    go, done = threading.Event(), threading.Event()
+
+    def other(x, q):
+        go.wait(10)
+        sin_to(x, q)  # written while the loop runs, by a task the loop did not spawn
+        done.set()
+
+    def lstep(t, u, v, w):
+        if t == 0:
+            go.set()
+            done.wait(10)
+        step(t, u, v, w)
+
+    stats = checkpoint.Stats()
+
+    def f(u, v, w, x, q):
+        t = tasks.spawn(other, x, q)
+        checkpoint.loop(lstep, 7, u, v, w, snapshots=2, stats=stats)
+        t.wait()
+
+    pad.autodiff(f, *(pad.Dup(np.full(N, 0.5), np.ones(N)) for _ in range(5)))
+    assert stats.state_bytes == 3 * N * 8
+
+
+def test_temporaries_of_a_step_do_not_accumulate():
+    """A step's temporary (and its shadow) die with the step, in the recomputations too."""
+    big = 20_000
+
+    def tstep(t, u):
+        tmp = np.empty_like(u)
+        sin_to(u, tmp)
+        axpy(0.5, tmp, u)
+
+    u, du = np.linspace(0.0, 1.0, big), np.ones(big)
+    stats = checkpoint.Stats()
+    tracemalloc.start()
+    pad.autodiff(lambda u: checkpoint.loop(tstep, 80, u, snapshots=3, stats=stats), pad.Dup(u, du))
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 16 * big * 8  # 3 snapshots, the final state, one step's tape and a few temporaries
+    assert stats.snapshots_peak == 3
+
+
+@pytest.mark.parametrize("inner,outer", [(None, 2), (2, None), (2, 3)])
+def test_nested_checkpointed_loops(inner, outer):
+    def grads(inner, outer):
+        u, v, w = np.linspace(0.1, 1.0, N), np.zeros(N), np.zeros(N)
+        du, dv, dw = np.zeros(N), np.ones(N), np.ones(N)
+
+        def block(b, u, v, w):
+            checkpoint.loop(lambda t, *a: step(4 * b + t, *a), 4, u, v, w, snapshots=inner)
+
+        pad.autodiff(
+            lambda u, v, w: checkpoint.loop(block, 5, u, v, w, snapshots=outer),
+            *map(pad.Dup, (u, v, w), (du, dv, dw)),
+        )
+        return du, dv, dw
+
+    for a, b in zip(grads(inner, outer), grads(None, None), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-13)
