@@ -235,7 +235,8 @@ class Reverse:
         # values do not: the next iteration pops or recomputes its own.
         adjoints = {n for x in walk(r) for n in _names(x) | assigned([x]) if n.startswith("_b_")}
         again, live = liveness(f + r, adjoints, prune=True)
-        carried = sorted(live & (assigned(s.body) - ({s.var} if isinstance(s, For) else set())))
+        written = assigned(s.body) - ({s.var} if isinstance(s, For) else set())
+        carried = sorted(live & written & exposed_under_guards(again))
         push = [Push(Name(v), self.stack_kind(v), line=s.line) for v in carried]
         pop = [Pop(v, self.stack_kind(v), self.types[v], line=s.line) for v in reversed(carried)]
         return push + s.body, pop + again
@@ -249,6 +250,50 @@ class Reverse:
             if used <= inner:
                 return f, r
             inner |= used
+
+
+def exposed_under_guards(code: list[Stmt]) -> set[str]:
+    """Variables some use of which may read a value from before ``code`` began.
+
+    Plain liveness is path-insensitive: a temporary set in ``if c:`` of the forward sweep and read in the
+    matching ``if c:`` of the reverse sweep looks live on entry. Here a definition made under conditions
+    ``G`` covers a later use under conditions that include ``G`` (the condition variables unchanged in
+    between); definitions inside a loop cover uses inside that loop only.
+    """
+    exposed: set[str] = set()
+
+    def visit(stmts: list[Stmt], guard: frozenset, defined: set[tuple[str, frozenset]]) -> None:
+        for st in stmts:
+            uses = (
+                {n for e in exprs_of(st) for n in names_in(e)} if not isinstance(st, (If, While)) else set()
+            )
+            if isinstance(st, If):
+                uses = set(names_in(st.cond))
+            for n in uses:
+                if not any(v == n and g <= guard for v, g in defined):
+                    exposed.add(n)
+            if isinstance(st, (Assign, Pop)):
+                # Facts guarded by the variable being reassigned no longer hold.
+                defined -= {(v, g) for v, g in defined if any(c == st.target for c, _ in g)}
+                defined.add((st.target, guard))
+            elif isinstance(st, If):
+                cond = st.cond.id if isinstance(st.cond, Name) else None
+                for side, block in ((True, st.body), (False, st.orelse)):
+                    inner = guard | {(cond, side)} if cond else guard
+                    visit(block, inner, defined)
+            elif isinstance(st, For):
+                defined.add((st.var, guard))
+                visit(st.body, guard, set(defined))
+            elif isinstance(st, While):
+                inner = set(defined)
+                visit(st.test, guard, inner)
+                for n in names_in(st.cond):
+                    if not any(v == n and g <= guard for v, g in inner):
+                        exposed.add(n)
+                visit(st.body, guard, inner)
+
+    visit(code, frozenset(), set())
+    return exposed
 
 
 def _drop_stores(stmts: list[Stmt], arrays: set[str]) -> list[Stmt]:
