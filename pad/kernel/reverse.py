@@ -262,7 +262,9 @@ def exposed_under_guards(code: list[Stmt]) -> set[str]:
     """
     exposed: set[str] = set()
 
-    def visit(stmts: list[Stmt], guard: frozenset, defined: set[tuple[str, frozenset]]) -> None:
+    Guard = frozenset[tuple[str, bool]]
+
+    def visit(stmts: list[Stmt], guard: Guard, defined: set[tuple[str, Guard]]) -> None:
         for st in stmts:
             uses = (
                 {n for e in exprs_of(st) for n in names_in(e)} if not isinstance(st, (If, While)) else set()
@@ -279,18 +281,17 @@ def exposed_under_guards(code: list[Stmt]) -> set[str]:
             elif isinstance(st, If):
                 cond = st.cond.id if isinstance(st.cond, Name) else None
                 for side, block in ((True, st.body), (False, st.orelse)):
-                    inner = guard | {(cond, side)} if cond else guard
-                    visit(block, inner, defined)
+                    visit(block, guard | {(cond, side)} if cond else guard, defined)
             elif isinstance(st, For):
                 defined.add((st.var, guard))
                 visit(st.body, guard, set(defined))
             elif isinstance(st, While):
-                inner = set(defined)
-                visit(st.test, guard, inner)
+                facts = set(defined)
+                visit(st.test, guard, facts)
                 for n in names_in(st.cond):
-                    if not any(v == n and g <= guard for v, g in inner):
+                    if not any(v == n and g <= guard for v, g in facts):
                         exposed.add(n)
-                visit(st.body, guard, inner)
+                visit(st.body, guard, facts)
 
     visit(code, frozenset(), set())
     return exposed
