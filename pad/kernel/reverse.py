@@ -221,6 +221,9 @@ class Reverse:
         else:
             fwd_body, rev_body = self.stored(s, need)
         backwards = For(k, call("sub", Name(trip), Lit(1)), Lit(-1), Lit(-1), set_var + rev_body, line=s.line)
+        if isinstance(s, For) and id(s) in self.recompute and _order_free(s, rev_body):
+            # Iterations' adjoints commute here: run them in forward order, which numba can vectorize.
+            backwards = For(k, Lit(0), Name(trip), Lit(1), set_var + rev_body, line=s.line)
         if isinstance(s, For):
             return [For(s.var, s.start, s.stop, s.step, fwd_body, line=s.line)], [*count, backwards]
         bump = Assign(trip, call("add", Name(trip), Lit(1)), line=s.line)
@@ -250,6 +253,40 @@ class Reverse:
             if used <= inner:
                 return f, r
             inner |= used
+
+
+def _order_free(s: For, rev_body: list[Stmt]) -> bool:
+    """Can the reverse iterations of a recomputed loop run in any order?
+
+    True when an iteration's reverse pops nothing (nothing carried), the body writes no array element
+    plainly (only ``+=``, whose adjoint reads a shadow it does not change), and every scalar carried from
+    one iteration to the next is a pure accumulator (``v = v + w`` or ``v = v - w``, used nowhere else): then
+    the adjoint of each carried scalar is the same in every iteration, and the iterations' contributions
+    to the other adjoints are sums, which commute.
+    """
+    if any(isinstance(x, Pop) for x in rev_body):
+        return False
+    if any(isinstance(x, Store) and not x.accumulate for x in walk(s.body)):
+        return False
+    carried = liveness(s.body, set(), prune=False)[1] & assigned(s.body)
+    defs = {x.target: x for x in walk(s.body) if isinstance(x, Assign)}
+    for v in carried:
+        update = defs.get(v)
+        if not (isinstance(update, Assign) and isinstance(update.value, Call) and update.value.op == "copy"):
+            return False
+        t = update.value.args[0]
+        step = defs.get(t.id) if isinstance(t, Name) else None
+        if not (
+            isinstance(step, Assign) and isinstance(step.value, Call) and step.value.op in ("add", "sub")
+        ):
+            return False
+        operands = step.value.args
+        if not (operands[0] == Name(v) or (step.value.op == "add" and operands[1] == Name(v))):
+            return False
+        reads = [n for x in walk(s.body) for e in exprs_of(x) for n in names_in(e) if n in (v, t.id)]  # type: ignore[union-attr]
+        if len(reads) != 2 or sum(1 for x in walk(s.body) if isinstance(x, Assign) and x.target == v) != 1:
+            return False
+    return True
 
 
 def exposed_under_guards(code: list[Stmt]) -> set[str]:
