@@ -275,7 +275,9 @@ def _order_free(s: For, rev_body: list[Stmt]) -> bool:
         if not (isinstance(update, Assign) and isinstance(update.value, Call) and update.value.op == "copy"):
             return False
         t = update.value.args[0]
-        step = defs.get(t.id) if isinstance(t, Name) else None
+        if not isinstance(t, Name):
+            return False
+        step = defs.get(t.id)
         if not (
             isinstance(step, Assign) and isinstance(step.value, Call) and step.value.op in ("add", "sub")
         ):
@@ -283,7 +285,7 @@ def _order_free(s: For, rev_body: list[Stmt]) -> bool:
         operands = step.value.args
         if not (operands[0] == Name(v) or (step.value.op == "add" and operands[1] == Name(v))):
             return False
-        reads = [n for x in walk(s.body) for e in exprs_of(x) for n in names_in(e) if n in (v, t.id)]  # type: ignore[union-attr]
+        reads = [n for x in walk(s.body) for e in exprs_of(x) for n in names_in(e) if n in (v, t.id)]
         if len(reads) != 2 or sum(1 for x in walk(s.body) if isinstance(x, Assign) and x.target == v) != 1:
             return False
     return True
