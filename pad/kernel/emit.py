@@ -110,9 +110,7 @@ class Printer:
                 self.emit(s.body, indent + 1)
             elif isinstance(s, Push):
                 value = self.expr(s.value, "f8")
-                self.lines.append(
-                    f"{pad}_s{s.kind}, _n{s.kind} = push_{s.kind}(_s{s.kind}, _n{s.kind}, {value})"
-                )
+                self.lines.append(f"{pad}_s{s.kind}, _n{s.kind} = push(_s{s.kind}, _n{s.kind}, {value})")
             elif isinstance(s, Pop):
                 self.lines.append(f"{pad}_n{s.kind} -= 1")
                 self.lines.append(f"{pad}{s.target} = {_CAST[s.ty].format(f'_s{s.kind}[_n{s.kind}]')}")
@@ -189,6 +187,6 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from pad.kernel.runtime import push_f, push_i
+from pad.kernel.runtime import push
 
 """

@@ -7,21 +7,14 @@ from numba import njit
 
 
 @njit(cache=True)
-def push_f(stack: np.ndarray, top: int, value: float) -> tuple[np.ndarray, int]:
-    """Push a float (saved as float64, exact for float32) and return the possibly grown stack."""
-    if top == stack.shape[0]:
-        grown = np.empty(2 * stack.shape[0], np.float64)
-        grown[:top] = stack
-        stack = grown
-    stack[top] = value
-    return stack, top + 1
+def push(stack: np.ndarray, top: int, value: float) -> tuple[np.ndarray, int]:
+    """Push ``value`` and return the possibly grown stack.
 
-
-@njit(cache=True)
-def push_i(stack: np.ndarray, top: int, value: int) -> tuple[np.ndarray, int]:
-    """Push an integer or boolean and return the possibly grown stack."""
+    Reverse mode keeps two stacks per thread: float64 (float32 values are saved exactly) and int64 (integers
+    and booleans); numba compiles this once for each.
+    """
     if top == stack.shape[0]:
-        grown = np.empty(2 * stack.shape[0], np.int64)
+        grown = np.empty(2 * stack.shape[0], stack.dtype)
         grown[:top] = stack
         stack = grown
     stack[top] = value
