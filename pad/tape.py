@@ -19,6 +19,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from pad import arrays
+
 __all__ = [
     "Active",
     "ActiveScalar",
@@ -108,20 +110,14 @@ class Kept:
         self.users -= 1
         if self.copied and self.users <= 0:
             return self.array
-        return self.array.copy()
+        return arrays.copy(self.array)
 
     def release(self) -> None:
         self.users -= 1
 
 
-def _address(a: Any) -> int:
-    """Address of an array's first element (NumPy or CUDA arrays)."""
-    iface = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__
-    return int(iface["data"][0])
-
-
 def _key(a: Any) -> tuple:
-    return (_address(a), a.shape, a.strides, a.dtype.str)
+    return (arrays.address(a), a.shape, a.strides, a.dtype.str)
 
 
 def _is_float_array(a: Any) -> bool:
@@ -188,7 +184,7 @@ class Context:
             if hit is not None and hit[0]() is x:
                 return hit[1]
             dx = self._view_of_registered(x)
-            self._remember(x, _zeros_like(x) if dx is None else dx, region=dx is None)
+            self._remember(x, arrays.zeros_like(x) if dx is None else dx, region=dx is None)
             return self._shadow_by_id[id(x)][1]
 
     def _remember(self, x: Any, dx: Any, region: bool) -> None:
@@ -213,18 +209,17 @@ class Context:
             self._regions[key] = (ref, dx)
 
     def _view_of_registered(self, x: Any) -> Any | None:
-        addr, nbytes = _address(x), x.nbytes
+        addr, nbytes = arrays.address(x), x.nbytes
         for ref, dbase in list(self._regions.values()):
             base = ref()
             if base is None:
                 continue
-            start = _address(base)
+            start = arrays.address(base)
             if base.dtype != x.dtype or not (start <= addr and addr + nbytes <= start + base.nbytes):
                 continue
-            if not (base.flags.c_contiguous and dbase.flags.c_contiguous):
+            if not (arrays.c_contiguous(base) and arrays.c_contiguous(dbase)):
                 continue
-            offset = addr - start
-            return _view(dbase, x.shape, x.strides, offset)
+            return arrays.view(dbase, x.shape, x.strides, addr - start)
         return None
 
     # -- recording (reverse mode) --------------------------------------------------------------------
@@ -249,22 +244,22 @@ class Context:
             kept.users += 1
             return kept
 
-    def will_write(self, arrays: Iterable[Any]) -> None:
-        """Call before an operation overwrites ``arrays``: kept values that alias them are copied first."""
-        arrays = list(arrays)
+    def will_write(self, targets: Iterable[Any]) -> None:
+        """Call before an operation overwrites ``targets``: kept values that alias them are copied first."""
+        targets = list(targets)
         with self._lock:
             for obs in _observers.get():
-                obs(arrays)
+                obs(targets)
             if not self._live:
                 return
-            for a in arrays:
+            for a in targets:
                 for k, kept in list(self._live.items()):
                     if (
                         np.may_share_memory(kept.array, a)
                         if isinstance(a, np.ndarray)
                         else _overlaps(kept.array, a)
                     ):
-                        kept.array = kept.array.copy()
+                        kept.array = arrays.copy(kept.array)
                         kept.copied = True
                         del self._live[k]
 
@@ -294,29 +289,8 @@ class Context:
 
 def _overlaps(a: Any, b: Any) -> bool:
     """Conservative memory-overlap test for arrays that NumPy cannot inspect (device arrays)."""
-    a0, b0 = _address(a), _address(b)
+    a0, b0 = arrays.address(a), arrays.address(b)
     return a0 < b0 + b.nbytes and b0 < a0 + a.nbytes
-
-
-def _zeros_like(x: Any) -> Any:
-    return _module_of(x).zeros(x.shape, x.dtype)
-
-
-def _module_of(x: Any) -> Any:
-    """The array module (numpy or cupy) that owns ``x``."""
-    if isinstance(x, np.ndarray):
-        return np
-    import cupy  # only reached for device arrays
-
-    return cupy
-
-
-def _view(base: Any, shape: tuple, strides: tuple, offset: int) -> Any:
-    if isinstance(base, np.ndarray):
-        return np.ndarray(shape, base.dtype, buffer=base, offset=offset, strides=strides)
-    cp = _module_of(base)
-    mem = base.data + offset
-    return cp.ndarray(shape, base.dtype, memptr=mem, strides=strides)
 
 
 _context: ContextVar[Context | None] = ContextVar("pad_context", default=None)
@@ -409,8 +383,11 @@ def _check_pair(x: Any, dx: Any, what: str) -> None:
     writable = getattr(getattr(dx, "flags", None), "writeable", True)
     if not writable:
         raise ValueError(f"{what}: the shadow is not writable")
-    if (type(x).__module__.split(".")[0] == "numpy") != (type(dx).__module__.split(".")[0] == "numpy"):
-        raise TypeError(f"{what}: the array and its shadow must both live on the host or both on the device")
+    if arrays.device_id(x) != arrays.device_id(dx):
+        raise TypeError(
+            f"{what}: the array is in {arrays.where(x)} but its shadow in {arrays.where(dx)}; "
+            "they must share one memory"
+        )
 
 
 def _prepare(ctx: Context, args: tuple, reverse_mode: bool) -> list[Any]:

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pad import tape
+from pad import arrays, tape
 
 __all__ = ["check_grad"]
 
@@ -29,19 +29,11 @@ def _allsum(value: float, op: str = "SUM") -> float:
 
 
 def _host(a: Any) -> np.ndarray:
-    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
+    return arrays.to_host(a) if hasattr(a, "shape") else np.asarray(a)
 
 
 def _dot(a: Any, b: Any) -> float:
     return float(np.dot(_host(a).ravel().astype(np.float64), _host(b).ravel().astype(np.float64)))
-
-
-def _like(template: Any, values: np.ndarray) -> Any:
-    """``values`` as an array of ``template``'s kind (host or device) and dtype."""
-    out = values.astype(template.dtype)
-    if isinstance(template, np.ndarray):
-        return out
-    return tape._module_of(template).asarray(out)
 
 
 def check_grad(
@@ -73,12 +65,12 @@ def check_grad(
 
     def restore() -> None:
         for i, a in dups:
-            a.value[...] = _like(a.value, initial[i])
+            arrays.assign(a.value, initial[i])
 
     def run_plain(shift: dict[int, np.ndarray], scalar_shift: dict[int, float]) -> float:
         restore()
         for i, a in dups:
-            a.value[...] = _like(a.value, initial[i] + shift[i])
+            arrays.assign(a.value, initial[i] + shift[i])
         plain = [
             a.value
             if isinstance(a, tape.Dup)
@@ -92,7 +84,7 @@ def check_grad(
     # Reverse mode once: the gradient of J with respect to every input.
     restore()
     reverse_args = [
-        tape.Dup(a.value, _like(a.value, seeds[i])) if i in seeds else a for i, a in enumerate(args)
+        tape.Dup(a.value, arrays.like(a.value, seeds[i])) if i in seeds else a for i, a in enumerate(args)
     ]
     active_grads = tape.autodiff(f, *reverse_args)
     gradients = {i: _host(reverse_args[i].shadow).astype(np.float64) for i, _ in dups}
@@ -109,7 +101,7 @@ def check_grad(
         # Forward mode along the direction.
         restore()
         fwd_args = [
-            tape.Dup(a.value, _like(a.value, tang[i]))
+            tape.Dup(a.value, arrays.like(a.value, tang[i]))
             if i in tang
             else (tape.Dup(a.value, stang[i]) if i in stang else a)
             for i, a in enumerate(args)

@@ -85,9 +85,7 @@ class Printer:
             if isinstance(s, Assign):
                 self.lines.append(f"{pad}{s.target} = {self.expr(s.value, self.type_of(s.target))}")
             elif isinstance(s, Store):
-                op = "+=" if s.accumulate else "="
-                index = ", ".join(self.expr(x, "i") for x in s.index)
-                self.lines.append(f"{pad}{s.array}[{index}] {op} {self.expr(s.value, self.type_of(s.array))}")
+                self.lines += [pad + line for line in self.store(s)]
             elif isinstance(s, If):
                 self.lines.append(f"{pad}if {self.expr(s.cond, 'b')}:")
                 self.emit(s.body or [], indent + 1)
@@ -109,17 +107,32 @@ class Printer:
                 self.lines.append(f"{pad}        break")
                 self.emit(s.body, indent + 1)
             elif isinstance(s, Push):
-                value = self.expr(s.value, "f8")
-                self.lines.append(f"{pad}_s{s.kind}, _n{s.kind} = push(_s{s.kind}, _n{s.kind}, {value})")
+                self.lines += [pad + line for line in self.push(s)]
             elif isinstance(s, Pop):
-                self.lines.append(f"{pad}_n{s.kind} -= 1")
-                self.lines.append(f"{pad}{s.target} = {_CAST[s.ty].format(f'_s{s.kind}[_n{s.kind}]')}")
+                self.lines += [pad + line for line in self.pop(s)]
             elif isinstance(s, Fill):
-                self.lines.append(f"{pad}{s.array}[...] = {self.expr(s.value, self.type_of(s.array))}")
+                self.lines += [pad + line for line in self.fill(s)]
             elif isinstance(s, LocalArray):
                 continue  # allocated once per chunk
             else:
                 raise AssertionError(f"cannot print {s}")
+
+    # Statements whose code depends on the target (CPU threads here; CUDA in ``CudaPrinter``).
+    def index(self, s: Store) -> str:
+        return ", ".join(self.expr(x, "i") for x in s.index)
+
+    def store(self, s: Store) -> list[str]:
+        op = "+=" if s.accumulate else "="
+        return [f"{s.array}[{self.index(s)}] {op} {self.expr(s.value, self.type_of(s.array))}"]
+
+    def push(self, s: Push) -> list[str]:
+        return [f"_s{s.kind}, _n{s.kind} = push(_s{s.kind}, _n{s.kind}, {self.expr(s.value, 'f8')})"]
+
+    def pop(self, s: Pop) -> list[str]:
+        return [f"_n{s.kind} -= 1", f"{s.target} = {_CAST[s.ty].format(f'_s{s.kind}[_n{s.kind}]')}"]
+
+    def fill(self, s: Fill) -> list[str]:
+        return [f"{s.array}[...] = {self.expr(s.value, self.type_of(s.array))}"]
 
 
 @dataclass

@@ -19,7 +19,7 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util.dtlib import from_numpy_dtype
 
-from pad import tape
+from pad import arrays, tape
 from pad.mpi import _wire
 
 IN_PLACE = MPI.IN_PLACE
@@ -414,7 +414,7 @@ def _link_copy(ctx: tape.Context, src: Any, dst: Any) -> None:
         return
 
     def convert(a: Any, like: Any) -> Any:
-        return a.get() if isinstance(like, np.ndarray) else tape._module_of(like).asarray(a)
+        return arrays.to_host(a) if isinstance(like, np.ndarray) else arrays.like(like, a)
 
     if not ctx.reverse_mode:
         ddst[...] = convert(dsrc, ddst)

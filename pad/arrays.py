@@ -1,0 +1,125 @@
+"""The array libraries pad works with, and the few operations it needs from each.
+
+Host arrays are NumPy arrays. Device arrays are CuPy arrays or numba CUDA device arrays (real, or the CUDA
+simulator's). Everything here dispatches on the array's own type, so ``import pad`` never imports CuPy or
+numba's CUDA support: they are imported the first time a device array is met.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+
+def is_device(a: Any) -> bool:
+    """Whether ``a`` is a GPU array (it exposes ``__cuda_array_interface__``)."""
+    return not isinstance(a, np.ndarray) and hasattr(a, "__cuda_array_interface__")
+
+
+def is_cupy(a: Any) -> bool:
+    return type(a).__module__.split(".")[0] == "cupy"
+
+
+def library(a: Any) -> str:
+    """``"numpy"``, ``"cupy"`` or ``"numba"`` (numba device arrays); names the kind of memory in errors."""
+    if isinstance(a, np.ndarray):
+        return "numpy"
+    return "cupy" if is_cupy(a) else "numba"
+
+
+def address(a: Any) -> int:
+    """Address of an array's first element (host or device)."""
+    iface = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__
+    return int(iface["data"][0])
+
+
+def device_id(a: Any) -> int | None:
+    """The CUDA device an array lives on (``None`` on the host)."""
+    if isinstance(a, np.ndarray):
+        return None
+    if is_cupy(a):
+        return int(a.device.id)
+    from pad.parallel import gpu
+
+    return gpu.current_device_id()
+
+
+def where(a: Any) -> str:
+    """Where an array lives, for error messages: "host memory (numpy)", "GPU 0 memory (cupy)"."""
+    device = device_id(a)
+    return f"{'host' if device is None else f'GPU {device}'} memory ({library(a)})"
+
+
+def c_contiguous(a: Any) -> bool:
+    flags = a.flags
+    return bool(flags["C_CONTIGUOUS"] if isinstance(flags, dict) else flags.c_contiguous)
+
+
+def zeros_like(a: Any) -> Any:
+    if isinstance(a, np.ndarray):
+        return np.zeros(a.shape, a.dtype)
+    if is_cupy(a):
+        import cupy
+
+        return cupy.zeros(a.shape, a.dtype)
+    from numba import cuda
+
+    return cuda.to_device(np.zeros(a.shape, a.dtype))
+
+
+def copy(a: Any) -> Any:
+    """A new array with ``a``'s values, in ``a``'s memory."""
+    if isinstance(a, np.ndarray) or is_cupy(a):
+        return a.copy()
+    from numba import cuda
+
+    out = cuda.device_array(a.shape, a.dtype)
+    out.copy_to_device(a)
+    return out
+
+
+def to_host(a: Any) -> np.ndarray:
+    if isinstance(a, np.ndarray):
+        return a
+    if is_cupy(a):
+        return a.get()
+    if hasattr(a, "copy_to_host"):
+        return a.copy_to_host()
+    return np.asarray(a)
+
+
+def like(template: Any, values: np.ndarray) -> Any:
+    """Host ``values`` as a new array of ``template``'s library and dtype."""
+    out = np.array(values, dtype=template.dtype, order="C")  # always a new array
+    if isinstance(template, np.ndarray):
+        return out
+    if is_cupy(template):
+        import cupy
+
+        return cupy.asarray(out)
+    from numba import cuda
+
+    return cuda.to_device(out)
+
+
+def assign(dst: Any, values: Any) -> None:
+    """``dst[...] = values`` for any library (``values``: an array of ``dst``'s library or a host array)."""
+    if isinstance(dst, np.ndarray) or is_cupy(dst):
+        dst[...] = values if library(values) == library(dst) else like(dst, to_host(values))
+    else:
+        dst.copy_to_device(values if library(values) == "numba" else np.ascontiguousarray(values, dst.dtype))
+
+
+def view(base: Any, shape: tuple, strides: tuple, offset: int) -> Any:
+    """A view of ``base``'s memory, ``offset`` bytes in (used for shadows of views)."""
+    if isinstance(base, np.ndarray):
+        return np.ndarray(shape, base.dtype, buffer=base, offset=offset, strides=strides)
+    if is_cupy(base):
+        import cupy
+
+        return cupy.ndarray(shape, base.dtype, memptr=base.data + offset, strides=strides)
+    raise TypeError(
+        "a view of a numba device array cannot get the matching view of its shadow; "
+        "use CuPy arrays, or pass the whole array to pad.Dup"
+    )
