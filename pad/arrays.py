@@ -13,8 +13,10 @@ import numpy as np
 
 
 def is_device(a: Any) -> bool:
-    """Whether ``a`` is a GPU array (it exposes ``__cuda_array_interface__``)."""
-    return not isinstance(a, np.ndarray) and hasattr(a, "__cuda_array_interface__")
+    """Whether ``a`` is a GPU array (it exposes ``__cuda_array_interface__``, or is the CUDA simulator's)."""
+    return not isinstance(a, np.ndarray) and (
+        hasattr(a, "__cuda_array_interface__") or type(a).__name__ == "FakeCUDAArray"
+    )
 
 
 def is_cupy(a: Any) -> bool:
@@ -30,6 +32,8 @@ def library(a: Any) -> str:
 
 def address(a: Any) -> int:
     """Address of an array's first element (host or device)."""
+    if type(a).__name__ == "FakeCUDAArray":  # the CUDA simulator's device array wraps a host array
+        a = a._ary
     iface = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__
     return int(iface["data"][0])
 
@@ -89,9 +93,9 @@ def to_host(a: Any) -> np.ndarray:
     return np.asarray(a)
 
 
-def like(template: Any, values: np.ndarray) -> Any:
-    """Host ``values`` as a new array of ``template``'s library and dtype."""
-    out = np.array(values, dtype=template.dtype, order="C")  # always a new array
+def like(template: Any, values: np.ndarray, dtype: Any = None) -> Any:
+    """Host ``values`` as a new array of ``template``'s library, with ``template``'s dtype unless given."""
+    out = np.array(values, dtype=template.dtype if dtype is None else dtype, order="C")  # always a new array
     if isinstance(template, np.ndarray):
         return out
     if is_cupy(template):
@@ -119,6 +123,8 @@ def view(base: Any, shape: tuple, strides: tuple, offset: int) -> Any:
         import cupy
 
         return cupy.ndarray(shape, base.dtype, memptr=base.data + offset, strides=strides)
+    if type(base).__name__ == "FakeCUDAArray":
+        return type(base)(view(base._ary, shape, strides, offset))
     raise TypeError(
         "a view of a numba device array cannot get the matching view of its shadow; "
         "use CuPy arrays, or pass the whole array to pad.Dup"

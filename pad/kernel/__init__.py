@@ -35,19 +35,21 @@ class Kernel:
             f"kernel {self.fn.__name__} cannot be called directly; launch it: pad.launch({self.fn.__name__}, n, *args)"
         )
 
-    def variant(self, args: tuple, mode: str, active: tuple[bool, ...] | None = None) -> Variant:
-        """The compiled variant for these arguments (cached per kinds and activity)."""
+    def variant(
+        self, args: tuple, mode: str, active: tuple[bool, ...] | None = None, target: str = "cpu"
+    ) -> Variant:
+        """The compiled variant for these arguments and target (cached per kinds, activity and target)."""
         kinds = [
             kind_of_value(a, f"argument {k + 1} of kernel {self.fn.__name__}") for k, a in enumerate(args)
         ]
         active = active if active is not None else (False,) * len(args)
-        key = (mode, tuple(kinds), active)
+        key = (mode, tuple(kinds), active, target)
         hit = self._variants.get(key)
         if hit is None:
             with self._lock:
                 hit = self._variants.get(key)
                 if hit is None:
-                    hit = self._variants[key] = build(self.fn, kinds, active, mode, self.fastmath)
+                    hit = self._variants[key] = build(self.fn, kinds, active, mode, self.fastmath, target)
         return hit
 
     def __repr__(self) -> str:
@@ -89,11 +91,12 @@ def local_array(shape: int | tuple[int, ...], dtype: Any = np.float64) -> np.nda
 local_array._pad_local_array = True  # type: ignore[attr-defined]
 
 
-def show(k: Kernel, mode: str = "adjoint", *args: Any, file: Any = None) -> str:
+def show(k: Kernel, mode: str = "adjoint", *args: Any, file: Any = None, target: str = "cpu") -> str:
     """Print (and return) the generated source of ``k`` for ``mode`` and example launch arguments.
 
     Arguments are given as to ``pad.launch`` (after ``n``), annotated with ``pad.Dup``/``pad.Active`` to
     say which are active: ``pad.show(step, "adjoint", 2.0, pad.Dup(x, dx), pad.Dup(y, dy))``.
+    ``target="cuda"`` shows the CUDA kernel instead of the CPU launcher.
     """
     from pad.tape import Active, Const, Dup  # the tape's annotation types; no tape state is used
 
@@ -101,6 +104,8 @@ def show(k: Kernel, mode: str = "adjoint", *args: Any, file: Any = None) -> str:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     values = tuple(a.value if isinstance(a, (Dup, Active, Const)) else a for a in args)
     active = tuple(isinstance(a, (Dup, Active)) for a in args)
-    source = k.variant(values, mode, active if mode != "primal" else None).source
+    if target not in ("cpu", "cuda"):
+        raise ValueError(f"target must be 'cpu' or 'cuda', not {target!r}")
+    source = k.variant(values, mode, active if mode != "primal" else None, target).source
     print(source, file=file)
     return source

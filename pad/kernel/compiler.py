@@ -17,16 +17,19 @@ from pathlib import Path
 from typing import Any
 
 from pad.kernel import runtime
-from pad.kernel.analysis import Activity, activity, infer_types, owned, reduced_arrays
-from pad.kernel.emit import MODULE_HEADER, Launcher, launcher_source
+from pad.kernel.analysis import Activity, activity, infer_types, owned, reduced_arrays, varying
+from pad.kernel.emit import CUDA_MODULE_HEADER, MODULE_HEADER, Launcher, cuda_kernel_source, launcher_source
 from pad.kernel.frontend import ArrayKind, Kind, Lowered, lower_kernel
 from pad.kernel.ir import (
     Assign,
     Elem,
+    For,
     LocalArray,
     Pop,
+    Push,
     Stmt,
     Store,
+    While,
     assigned,
     exprs_of,
     loaded_arrays,
@@ -47,12 +50,16 @@ class Variant:
 
     mode: str
     source: str
-    launcher: Callable[..., Any]
+    launcher: Any  # a numba dispatcher: njit launcher (CPU) or cuda.jit kernel (CUDA)
     active_arrays: list[int]  # argument positions of arrays with shadows (passed in this order)
     active_scalars: list[int]  # argument positions of active scalars
     loaded: set[int]  # arrays whose values the kernel reads (the adjoint needs them)
     stored: set[int]  # arrays the kernel writes
     privates: list[tuple[str, int]] = field(default_factory=list)  # ("primal"|"shadow", position) per buffer
+    target: str = "cpu"  # "cpu" (numba threads) or "cuda"
+    # CUDA adjoints: tape slots per launch index when known at compile time, else a kernel that bounds them
+    tape_slots: int = 0
+    depth_launcher: Any = None
 
 
 def cache_dir() -> Path:
@@ -62,9 +69,14 @@ def cache_dir() -> Path:
 
 
 def build(
-    fn: Callable[..., Any], kinds: list[Kind], active: tuple[bool, ...], mode: str, fastmath: bool
+    fn: Callable[..., Any],
+    kinds: list[Kind],
+    active: tuple[bool, ...],
+    mode: str,
+    fastmath: bool,
+    target: str = "cpu",
 ) -> Variant:
-    """Lower, transform, print, compile (lazily, on first call) one variant of kernel ``fn``."""
+    """Lower, transform, print, compile (lazily, on first call) one variant of kernel ``fn`` for ``target``."""
     low = lower_kernel(fn, kinds)
     launch_index, params = low.params[0], low.params[1:]
     types = infer_types(low.body, low.kinds)
@@ -75,8 +87,9 @@ def build(
     loaded_names, stored_names = loaded_arrays(low.body), stored_arrays(low.body)
     active_arrays = [k for k in arrays if active[k]]
     active_scalars = [k for k, p in enumerate(params) if active[k] and k not in arrays]
-    name = f"{fn.__name__}_{mode}"
+    name = f"{fn.__name__}_{mode}" + ("_cuda" if target == "cuda" else "")
     launcher = Launcher(name, list(params))
+    rev: Reverse | None = None
     primal_privates = [("primal", params.index(a)) for a in sorted(reduced)]
     locals_ = [s for s in walk(low.body) if isinstance(s, LocalArray)]
     init: list[str] = []
@@ -98,26 +111,72 @@ def build(
         launcher.accumulators = [adj(params[k]) for k in active_scalars]
         locals_ += [LocalArray(adj(s.target), s.shape, s.dtype) for s in locals_ if s.target in act.arrays]
         init = sorted((_scalars_in(body) | set(launcher.accumulators)) - set(low.params))
+    if target == "cuda":
+        privates = []  # a CUDA thread accumulates into shared elements atomically, not into a copy
     buffers = [_buffer(kind, params[pos], mode) for kind, pos in privates]
     launcher.extras += buffers
     launcher.privates = buffers
     if launcher.accumulators:
         launcher.extras.append("_act")
     launcher.locals = locals_
-    source = MODULE_HEADER.format(origin=f"{low.filename}:{fn.__name__} ({mode})") + launcher_source(
-        launcher, launch_index, body, types, low.kinds, init, fastmath
-    )
+    origin = f"{low.filename}:{fn.__name__} ({mode}, {target})"
     index = {p: k for k, p in enumerate(params)}
-    return Variant(
+    variant = Variant(
         mode,
-        source,
-        _load(name, source),
+        "",
+        _no_launcher,
         active_arrays,
         active_scalars,
         {index[a] for a in loaded_names if a in index},
         {index[a] for a in stored_names if a in index},
         privates,
+        target,
     )
+    if target == "cpu":
+        variant.source = MODULE_HEADER.format(origin=origin) + launcher_source(
+            launcher, launch_index, body, types, low.kinds, init, fastmath
+        )
+    else:
+        written = stored_names & set(params)
+        variant.source = CUDA_MODULE_HEADER.format(origin=origin) + cuda_kernel_source(
+            launcher,
+            launch_index,
+            body,
+            types,
+            low.kinds,
+            init,
+            fastmath,
+            varying(body, launch_index, written),
+        )
+        pushes = [s for s in walk(body) if isinstance(s, Push)]
+        if rev is not None and pushes and _pushes_in_loops(body):
+            variant.depth_launcher = _depth_kernel(rev, fn.__name__, launcher, launch_index, origin, fastmath)
+        variant.tape_slots = len(pushes)
+    variant.launcher = _load(name, variant.source)
+    return variant
+
+
+def _no_launcher(*args: Any) -> None:
+    raise AssertionError("launcher not built")
+
+
+def _pushes_in_loops(body: list[Stmt]) -> bool:
+    return any(isinstance(x, Push) for s in walk(body) if isinstance(s, (For, While)) for x in walk(s.body))
+
+
+def _depth_kernel(
+    rev: Reverse, kernel_name: str, launcher: Launcher, launch_index: str, origin: str, fastmath: bool
+) -> Callable[..., Any]:
+    """A CUDA kernel writing, per launch index, a bound of the adjoint's stack depth into ``_depth``."""
+    name = f"{kernel_name}_depth_cuda"
+    body = rev.depth("_depth", launch_index)
+    counter = Launcher(
+        name, launcher.params, ["_depth"], locals=[s for s in walk(rev.body) if isinstance(s, LocalArray)]
+    )
+    source = CUDA_MODULE_HEADER.format(origin=origin + " stack depth") + cuda_kernel_source(
+        counter, launch_index, body, rev.types, rev.kinds, [], fastmath, set()
+    )
+    return _load(name, source)
 
 
 def _buffer(kind: str, param: str, mode: str) -> str:

@@ -28,6 +28,7 @@ from pad.kernel.ir import (
     Stmt,
     Store,
     While,
+    names_in,
     walk,
 )
 from pad.kernel.rules import RULES
@@ -201,5 +202,128 @@ import numpy as np
 from numba import njit, prange
 
 from pad.kernel.runtime import push
+
+"""
+
+
+# ---------------------------------------------------------------------------------------------- CUDA
+BLOCK = 128  # threads per block of every generated CUDA kernel
+_CUDA_CAST = {"f4": "np.float32({})", "f8": "{}", "i": "int({})", "b": "({} != 0)"}
+
+
+@dataclass
+class CudaPrinter(Printer):
+    """Prints statements for a CUDA thread: one launch index per thread, atomics where indices are shared.
+
+    An accumulation into a private buffer (``_pv<x>[j] += v``; on CPU, the thread's own copy) becomes an
+    atomic add to ``x`` itself, warp-aggregated (``add_uniform*``) when ``j`` is uniform across threads.
+    The reverse sweep's stack is a column of the launch's preallocated ``_tape`` (slot-major, so
+    neighbouring threads touch neighbouring words), with ``_tape.shape[0]`` slots per thread.
+    """
+
+    varying: set[str] = field(default_factory=set)
+    ranks: dict[str, int] = field(default_factory=dict)  # local arrays' ranks (for Fill)
+
+    def store(self, s: Store) -> list[str]:
+        if not (s.accumulate and s.array.startswith("_pv")):
+            return super().store(s)
+        array, value = s.array[len("_pv") :], self.expr(s.value, self.type_of(s.array))
+        uniform = not any(n in self.varying for x in s.index for n in names_in(x))
+        if uniform and len(s.index) <= 3:
+            return [f"add_uniform{len(s.index)}({array}, {self.index(s)}, {value})"]
+        return [f"cuda.atomic.add({array}, ({self.index(s)},), {value})"]
+
+    def push(self, s: Push) -> list[str]:
+        return [
+            "if _nt < _tape.shape[0]:",
+            f"    _tape[_nt, _tid] = {self.expr(s.value, 'f8')}",
+            "else:",
+            "    _overflow[0] = 1",
+            "_nt += 1",
+        ]
+
+    def pop(self, s: Pop) -> list[str]:
+        return [
+            "_nt -= 1",
+            f"{s.target} = {_CUDA_CAST[s.ty].format('_tape[min(_nt, _tape.shape[0] - 1), _tid]')}",
+        ]
+
+    def fill(self, s: Fill) -> list[str]:
+        value = self.expr(s.value, self.type_of(s.array))
+        rank = self.ranks[s.array]
+        loops = [f"{'    ' * d}for _f{d} in range({s.array}.shape[{d}]):" for d in range(rank)]
+        index = ", ".join(f"_f{d}" for d in range(rank))
+        return [*loops, f"{'    ' * rank}{s.array}[{index}] = {value}"]
+
+
+def cuda_kernel_source(
+    launcher: Launcher,
+    launch_index: str,
+    body: list[Stmt],
+    types: dict[str, str],
+    kinds: dict[str, Kind],
+    init: list[str],
+    fastmath: bool,
+    varying: set[str],
+) -> str:
+    """The Python source of a ``@cuda.jit`` kernel running ``body`` for one launch index per thread.
+
+    Active scalars' adjoints are summed per block in shared memory, then added to ``_act`` atomically:
+    one atomic per block, not per thread.
+    """
+    ranks = {local.target: len(local.shape) for local in launcher.locals}
+    p = CudaPrinter(types, kinds, varying=varying, ranks=ranks)
+    uses_tape = any(isinstance(s, (Push, Pop)) for s in walk(body))
+    args = ", ".join(
+        ["_n", *launcher.params, *launcher.extras, *(["_tape", "_overflow"] if uses_tape else [])]
+    )
+    p.lines += [f"@cuda.jit(fastmath={fastmath}, cache=True)", f"def {launcher.name}({args}):"]
+    p.lines.append("    _tid = cuda.grid(1)")
+    for acc in launcher.accumulators:
+        p.lines.append(f"    _acc{acc} = 0.0")
+    p.lines.append("    if _tid < _n:")
+    p.lines.append(f"        {launch_index} = _tid")
+    for local in launcher.locals:
+        p.lines.append(f"        {local.target} = cuda.local.array({local.shape}, np.{local.dtype.name})")
+        p.lines += ["        " + line for line in p.fill(Fill(local.target, Lit(0, typed=True)))]
+    if uses_tape:
+        p.lines.append("        _nt = 0")
+    for name in init:
+        p.lines.append(f"        {name} = {_ZERO.get(p.type_of(name), '0.0')}")
+    p.emit(body, 2)
+    for acc in launcher.accumulators:
+        p.lines.append(f"        _acc{acc} += {acc}")
+    if launcher.accumulators:
+        p.lines += [
+            f"    _sum = cuda.shared.array(({len(launcher.accumulators)}, {BLOCK}), np.float64)",
+            "    _t = cuda.threadIdx.x",
+        ]
+        p.lines += [f"    _sum[{slot}, _t] = _acc{acc}" for slot, acc in enumerate(launcher.accumulators)]
+        p.lines += [
+            "    cuda.syncthreads()",
+            f"    _w = {BLOCK // 2}",
+            "    while _w > 0:",
+            "        if _t < _w:",
+        ]
+        p.lines += [
+            f"            _sum[{slot}, _t] += _sum[{slot}, _t + _w]"
+            for slot in range(len(launcher.accumulators))
+        ]
+        p.lines += ["        cuda.syncthreads()", "        _w //= 2", "    if _t == 0:"]
+        p.lines += [
+            f"        cuda.atomic.add(_act, (0, {slot}), _sum[{slot}, 0])"
+            for slot in range(len(launcher.accumulators))
+        ]
+    return "\n".join(p.lines) + "\n"
+
+
+CUDA_MODULE_HEADER = """\
+# Generated by pad from {origin}. Do not edit: regenerated when the kernel changes.
+import math
+
+import numpy as np
+
+from pad.kernel.cuda_runtime import add_uniform1, add_uniform2, add_uniform3  # first: numpy shim
+from numba import cuda
 
 """

@@ -70,6 +70,9 @@ class Reverse:
     privatized: set[str]  # global arrays whose adjoint accumulates at shared indices
     recompute: set[int] = field(default_factory=set)  # id() of loops reversed by recomputation
     undo: set[str] = field(default_factory=set)  # arrays whose overwritten elements are saved
+    forward: list[Stmt] = field(default_factory=list)  # the forward sweep, as built by ``sweep``
+    # id() of a recomputed loop's forward copy -> (scalars pushed per iteration, the body's own forward sweep)
+    replays: dict[int, tuple[int, list[Stmt]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._choose_loop_modes()
@@ -104,6 +107,7 @@ class Reverse:
         already made them, and the reverse sweep needs none of their values.
         """
         fwd, rev = self.region(self.body, set())
+        self.forward = fwd
         code, _ = liveness(_drop_stores(fwd + rev, droppable), live_out, prune=True)
         return code
 
@@ -216,8 +220,9 @@ class Reverse:
         else:
             trip = self.fresh(s, "n", "i")
             count, set_var = [], []
+        replay: list[Stmt] = []
         if id(s) in self.recompute:
-            fwd_body, rev_body = self.recomputed(s)
+            fwd_body, rev_body, replay = self.recomputed(s)
         else:
             fwd_body, rev_body = self.stored(s, need)
         backwards = For(k, call("sub", Name(trip), Lit(1)), Lit(-1), Lit(-1), set_var + rev_body, line=s.line)
@@ -225,14 +230,67 @@ class Reverse:
             # Iterations' adjoints commute here: run them in forward order, which numba can vectorize.
             backwards = For(k, Lit(0), Name(trip), Lit(1), set_var + rev_body, line=s.line)
         if isinstance(s, For):
-            return [For(s.var, s.start, s.stop, s.step, fwd_body, line=s.line)], [*count, backwards]
-        bump = Assign(trip, call("add", Name(trip), Lit(1)), line=s.line)
-        return [Assign(trip, Lit(0), line=s.line), While(s.test, s.cond, [*fwd_body, bump], line=s.line)], [
-            backwards
-        ]
+            forward: For | While = For(s.var, s.start, s.stop, s.step, fwd_body, line=s.line)
+            before: list[Stmt] = []
+        else:
+            bump = Assign(trip, call("add", Name(trip), Lit(1)), line=s.line)
+            forward = While(s.test, s.cond, [*fwd_body, bump], line=s.line)
+            before = [Assign(trip, Lit(0), line=s.line)]
+        if id(s) in self.recompute:
+            self.replays[id(forward)] = (len(fwd_body) - len(s.body), replay)
+        return [*before, forward], [*count, backwards] if isinstance(s, For) else [backwards]
 
-    def recomputed(self, s: For | While) -> tuple[list[Stmt], list[Stmt]]:
-        """Forward: push the carried scalars the iteration's reverse needs. Reverse: pop, re-run, adjoint."""
+    def depth(self, result: str, launch_index: str) -> list[Stmt]:
+        """Code computing an upper bound of this iteration's stack depth into ``result[launch_index]``.
+
+        The forward sweep runs with each push replaced by a count. In the reverse sweep a recomputed loop
+        re-runs one iteration's forward sweep at a time, on top of what the forward sweep left: so its
+        deepest replay is added to the count. The code runs before the adjoint kernel on GPUs, whose tape
+        is preallocated (``Push`` statements are not allowed to grow it).
+        """
+        count, deepest = self.namer.fresh("depth"), self.namer.fresh("deepest")
+        for v in (count, deepest):
+            self.types[v] = "i"
+        code = [
+            Assign(count, Lit(0)),
+            Assign(deepest, Lit(0)),
+            *self._counted(self.forward, count, deepest),
+            Store(result, (Name(launch_index),), call("add", Name(count), Name(deepest))),
+        ]
+        arrays = {p for p, k in self.kinds.items() if isinstance(k, ArrayKind) and not k.local}
+        return liveness(_drop_stores(code, arrays), set(), prune=True)[0]
+
+    def _counted(self, stmts: list[Stmt], count: str, deepest: str) -> list[Stmt]:
+        out: list[Stmt] = []
+        for s in stmts:
+            if isinstance(s, Push):
+                out.append(Assign(count, call("add", Name(count), Lit(1))))
+            elif isinstance(s, (For, While)) and id(s) in self.replays:
+                carried, replay = self.replays[id(s)]
+                inner, inner_deepest = self.namer.fresh("depth"), self.namer.fresh("deepest")
+                self.types[inner] = self.types[inner_deepest] = "i"
+                body = [
+                    Assign(count, call("add", Name(count), Lit(carried))),
+                    Assign(inner, Lit(0)),
+                    Assign(inner_deepest, Lit(0)),
+                    *self._counted(replay, inner, inner_deepest),
+                    Assign(
+                        deepest, call("max", Name(deepest), call("add", Name(inner), Name(inner_deepest)))
+                    ),
+                ]
+                if isinstance(s, For):
+                    out.append(For(s.var, s.start, s.stop, s.step, body, line=s.line))
+                else:  # keep the trip-count bump that ends the forward body
+                    out.append(While(s.test, s.cond, [*body, s.body[-1]], line=s.line))
+            else:
+                out.append(map_blocks(s, lambda b: self._counted(b, count, deepest)))
+        return out
+
+    def recomputed(self, s: For | While) -> tuple[list[Stmt], list[Stmt], list[Stmt]]:
+        """Forward: push the carried scalars the iteration's reverse needs. Reverse: pop, re-run, adjoint.
+
+        Also returns the iteration's forward sweep that the reverse re-runs (for ``depth``).
+        """
         f, r = self.region(s.body, set())
         # Adjoints flow from one reverse iteration to the next and out of the loop: they stay live. Primal
         # values do not: the next iteration pops or recomputes its own.
@@ -242,7 +300,7 @@ class Reverse:
         carried = sorted(live & written & exposed_under_guards(again))
         push = [Push(Name(v), self.stack_kind(v), line=s.line) for v in carried]
         pop = [Pop(v, self.stack_kind(v), self.types[v], line=s.line) for v in reversed(carried)]
-        return push + s.body, pop + again
+        return push + s.body, pop + again, f
 
     def stored(self, s: For | While, need: set[str]) -> tuple[list[Stmt], list[Stmt]]:
         """The body saves its own overwritten values; ``need`` grows with what any iteration's reverse reads."""

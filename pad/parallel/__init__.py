@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pad import tape
+from pad import arrays, tape
 from pad.kernel import Kernel, Variant
 from pad.parallel import cpu
 
@@ -28,12 +28,33 @@ def _check(k: Any, n: Any) -> int:
     return n
 
 
+def _target(k: Kernel, args: tuple) -> str:
+    """``"cuda"`` if the launch's arrays are GPU arrays, ``"cpu"`` if host arrays; mixing them is an error."""
+    places = {pos: arrays.where(a) for pos, a in enumerate(args) if getattr(a, "ndim", 0) > 0}
+    if len(set(places.values())) > 1:
+        listing = ", ".join(f"argument {pos + 1} in {place}" for pos, place in places.items())
+        raise TypeError(
+            f"pad.launch({k.fn.__name__}): all arrays of a launch must live in one memory, but {listing}; "
+            "move them with cupy.asarray(...) / .get() first"
+        )
+    return "cuda" if any(arrays.is_device(args[pos]) for pos in places) else "cpu"
+
+
+def _run(variant: Variant, n: int, args: tuple, extras: Any = (), shadows: Any = None) -> Any:
+    if variant.target == "cpu":
+        return cpu.run(variant, n, args, extras, shadows)
+    from pad.parallel import gpu
+
+    return gpu.run(variant, n, args, extras, shadows)
+
+
 def launch(k: Kernel, n: int, *args: Any) -> None:
     """Run ``k(i, *args)`` for every ``i`` in ``range(n)``, in parallel."""
     n = _check(k, n)
+    target = _target(k, args)
     ctx = tape.current()
     if ctx is None:
-        cpu.run(k.variant(args, "primal"), n, args)
+        _run(k.variant(args, "primal", target=target), n, args)
         return
     shadows = [ctx.shadow(a) if hasattr(a, "shape") and getattr(a, "ndim", 0) > 0 else None for a in args]
     active = tuple(
@@ -41,16 +62,16 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
     )
     plain = tuple(float(a) if isinstance(a, tape.ActiveScalar) else a for a in args)
     if not ctx.reverse_mode:
-        variant = k.variant(plain, "tangent", active)
+        variant = k.variant(plain, "tangent", active, target)
         ctx.will_write(args[p] for p in variant.stored)
         tangents = [shadows[p] for p in variant.active_arrays]
         tangents += [args[p].tangent for p in variant.active_scalars]
-        cpu.run(variant, n, plain, tangents, shadows)
+        _run(variant, n, plain, tangents, shadows)
         return
-    variant = k.variant(plain, "adjoint", active)
+    variant = k.variant(plain, "adjoint", active, target)
     kept = {p: ctx.keep(args[p]) for p in variant.loaded}
     ctx.will_write(args[p] for p in variant.stored)
-    cpu.run(k.variant(plain, "primal"), n, plain)
+    _run(k.variant(plain, "primal", target=target), n, plain)
     ctx.record(
         LaunchRecord(ctx, variant, n, plain, kept, shadows, [args[p].slot for p in variant.active_scalars])
     )
@@ -82,6 +103,6 @@ class LaunchRecord:
             if p not in self.variant.stored:
                 kept.release()
         extras = [self.shadows[p] for p in self.variant.active_arrays]
-        partial = cpu.run(self.variant, self.n, tuple(args), extras, self.shadows)
+        partial = _run(self.variant, self.n, tuple(args), extras, self.shadows)
         for slot, value in zip(self.slots, partial, strict=True):
             self.ctx.add_active_adjoint(slot, float(value))

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 import pad
+from pad import arrays
 
 HARDNESS = 38.0
 
@@ -739,10 +740,10 @@ def _program():
 @case("intermediate arrays allocated inside the program")
 def _intermediate():
     def prog(x, y):
-        tmp = np.empty_like(x)
+        tmp = arrays.zeros_like(x)  # in x's memory: host, or device on the CUDA target
         pad.launch(k_scale, x.shape[0], 2.0, x, tmp)
         pad.launch(k_inplace, x.shape[0], tmp)
-        pad.launch(k_gather, x.shape[0], np.arange(x.shape[0])[::-1].copy(), tmp, y)
+        pad.launch(k_gather, x.shape[0], arrays.like(x, np.arange(x.shape[0])[::-1], np.int64), tmp, y)
 
     return prog, lambda rng, dt: (dup(arr(rng, 10, dt)), dup(arr(rng, 10, dt)))
 

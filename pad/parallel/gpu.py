@@ -1,0 +1,130 @@
+"""Running kernels as CUDA threads on GPU arrays (CuPy arrays or numba device arrays).
+
+One thread per launch index, ``BLOCK`` threads per block. Shared elements are updated with (warp-aggregated)
+atomics inside the kernel, so nothing is reduced afterwards. The adjoint's stack is one preallocated
+``(slots, n)`` float64 tape per launch: ``slots`` is known at compile time for kernels whose pushes are
+outside loops, otherwise a first kernel computes each index's bound. Tape memory is reported in ``stats``
+and bounded by ``PAD_GPU_TAPE_LIMIT`` bytes (default: half the device's free memory).
+
+Launches go through numba's dispatcher once, to compile for the arguments' types; later launches with the
+same types call the compiled kernel through CuPy's driver interface, which costs a few microseconds
+instead of numba's argument handling (tens of microseconds).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from pad import arrays
+from pad.kernel import Variant
+from pad.kernel.cuda_runtime import cuda
+from pad.kernel.emit import BLOCK
+
+__all__ = ["current_device_id", "run", "stats"]
+
+stats = {"launches": 0, "tape_bytes": 0, "peak_tape_bytes": 0}
+
+
+class TapeOverflow(RuntimeError):
+    """The adjoint pushed more values than its tape holds (a bug in pad's depth bound)."""
+
+
+def current_device_id() -> int:
+    if cuda.is_available() and not _simulated():
+        return int(cuda.get_current_device().id)
+    return 0
+
+
+def _simulated() -> bool:
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)  # type: ignore[attr-defined]
+
+
+def _empty(like: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    if arrays.is_cupy(like):
+        import cupy
+
+        return cupy.empty(shape, dtype)
+    return cuda.device_array(shape, dtype)
+
+
+def _zeros(like: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    if arrays.is_cupy(like):
+        import cupy
+
+        return cupy.zeros(shape, dtype)
+    return cuda.to_device(np.zeros(shape, dtype))
+
+
+def _tape_limit(like: Any) -> int:
+    limit = os.environ.get("PAD_GPU_TAPE_LIMIT")
+    if limit is not None:
+        return int(limit)
+    if arrays.is_cupy(like):
+        import cupy
+
+        return int(cupy.cuda.runtime.memGetInfo()[0]) // 2
+    if _simulated():
+        return 1 << 30
+    return int(cuda.current_context().get_memory_info()[0]) // 2
+
+
+def _blocks(n: int) -> int:
+    return (n + BLOCK - 1) // BLOCK
+
+
+def _slots(variant: Variant, n: int, args: Sequence[Any], like: Any, name: str) -> int:
+    """Tape slots per launch index the adjoint needs (compile-time, or bounded by the depth kernel)."""
+    if variant.depth_launcher is None:
+        return variant.tape_slots
+    depth = _empty(like, (n,), np.int64)
+    variant.depth_launcher[_blocks(n), BLOCK](n, *args, depth)
+    return int(depth.max()) if arrays.is_cupy(depth) else int(depth.copy_to_host().max())
+
+
+def run(
+    variant: Variant,
+    n: int,
+    args: Sequence[Any],
+    extras: Sequence[Any] = (),
+    shadows: Sequence[Any] | None = None,
+    name: str = "kernel",
+) -> np.ndarray:
+    """Run ``variant`` for indices ``range(n)`` on the GPU; returns the adjoints of active scalars."""
+    outputs = np.zeros(len(variant.active_scalars))
+    if n == 0:
+        return outputs
+    like = next(a for a in (*args, *extras) if arrays.is_device(a))
+    call = [n, *args, *extras]
+    act = None
+    if variant.mode == "adjoint" and variant.active_scalars:
+        act = _zeros(like, (1, len(variant.active_scalars)), np.float64)
+        call.append(act)
+    overflow = None
+    if variant.mode == "adjoint" and variant.tape_slots:
+        slots = max(_slots(variant, n, args, like, name), 1)
+        nbytes = slots * n * 8
+        limit = _tape_limit(like)
+        if nbytes > limit:
+            raise MemoryError(
+                f"pad.launch({name}, {n}, ...): the adjoint needs a tape of {nbytes / 2**30:.2f} GiB "
+                f"({slots} values per launch index), over the limit of {limit / 2**30:.2f} GiB "
+                "(PAD_GPU_TAPE_LIMIT bytes, default half the free device memory); "
+                "launch fewer indices at a time or shorten the kernel's loops"
+            )
+        stats["tape_bytes"] = nbytes
+        stats["peak_tape_bytes"] = max(stats["peak_tape_bytes"], nbytes)
+        overflow = _zeros(like, (1,), np.int32)
+        call += [_empty(like, (slots, n), np.float64), overflow]
+    variant.launcher[_blocks(n), BLOCK](*call)
+    stats["launches"] += 1
+    if overflow is not None and int(arrays.to_host(overflow)[0]):
+        raise TapeOverflow(f"pad.launch({name}): the adjoint overflowed its tape; please report this kernel")
+    if act is not None:
+        outputs += arrays.to_host(act).sum(axis=0)
+    return outputs
