@@ -1,4 +1,5 @@
-"""Device helpers that generated CUDA kernels call: accumulation into shared elements without serializing.
+"""Device helpers that generated CUDA kernels call: accumulation into shared elements without serializing,
+and the few scalar operations numba's CUDA target lacks (NumPy's float floor and ceil).
 
 ``add_uniform*`` is ``arr[index] += value`` for an index that is probably the same on every lane of a warp
 (an adjoint accumulating into a parameter every thread reads). When the whole warp is converged there and
@@ -13,6 +14,8 @@ import numpy as np
 
 if not hasattr(np, "row_stack"):  # numba-cuda 0.30 still calls np.row_stack, which NumPy 2.5 removed
     np.row_stack = np.vstack  # type: ignore[attr-defined]
+
+import math
 
 from numba import config, cuda  # after the shim
 
@@ -66,3 +69,26 @@ def add_uniform3(arr, j, k, m, value):  # type: ignore[no-untyped-def]
             cuda.atomic.add(arr, (j, k, m), total)
     else:
         cuda.atomic.add(arr, (j, k, m), value)
+
+
+@cuda.jit(device=True)
+def _floor(x):  # type: ignore[no-untyped-def]
+    """``np.floor`` of a float, as a float (``math.floor`` returns an int). Beyond 2**52 floats are integral."""
+    if not math.fabs(x) < 4503599627370496.0:
+        return x
+    return float(math.floor(x))
+
+
+@cuda.jit(device=True)
+def _ceil(x):  # type: ignore[no-untyped-def]
+    if not math.fabs(x) < 4503599627370496.0:
+        return x
+    return float(math.ceil(x))
+
+
+@cuda.jit(device=True)
+def _tripcount(start, stop, step):  # type: ignore[no-untyped-def]
+    """``len(range(start, stop, step))``."""
+    if step > 0:
+        return (stop - start + step - 1) // step if stop > start else 0
+    return (start - stop - step - 1) // (-step) if start > stop else 0

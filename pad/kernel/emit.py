@@ -78,7 +78,10 @@ class Printer:
         if isinstance(e, Elem):
             return f"{e.array}[{', '.join(self.expr(x, 'i') for x in e.index)}]"
         assert isinstance(e, Call)
-        return RULES[e.op].template.format(*(self.expr(a, ty) for a in e.args))
+        return self.template(e.op).format(*(self.expr(a, ty) for a in e.args))
+
+    def template(self, op: str) -> str:
+        return RULES[op].template
 
     def emit(self, stmts: list[Stmt], indent: int) -> None:
         pad = "    " * indent
@@ -224,6 +227,9 @@ class CudaPrinter(Printer):
     varying: set[str] = field(default_factory=set)
     ranks: dict[str, int] = field(default_factory=dict)  # local arrays' ranks (for Fill)
 
+    def template(self, op: str) -> str:
+        return RULES[op].cuda or RULES[op].template
+
     def store(self, s: Store) -> list[str]:
         if not (s.accumulate and s.array.startswith("_pv")):
             return super().store(s)
@@ -231,7 +237,8 @@ class CudaPrinter(Printer):
         uniform = not any(n in self.varying for x in s.index for n in names_in(x))
         if uniform and len(s.index) <= 3:
             return [f"add_uniform{len(s.index)}({array}, {self.index(s)}, {value})"]
-        return [f"cuda.atomic.add({array}, ({self.index(s)},), {value})"]
+        index = self.index(s) if len(s.index) == 1 else f"({self.index(s)})"
+        return [f"cuda.atomic.add({array}, {index}, {value})"]
 
     def push(self, s: Push) -> list[str]:
         return [
@@ -323,7 +330,7 @@ import math
 
 import numpy as np
 
-from pad.kernel.cuda_runtime import add_uniform1, add_uniform2, add_uniform3  # first: numpy shim
+from pad.kernel.cuda_runtime import _ceil, _floor, _tripcount, add_uniform1, add_uniform2, add_uniform3  # first: numpy shim
 from numba import cuda
 
 """

@@ -22,15 +22,18 @@ class Rule:
     template: str
     result: str
     partials: Partials | None = None
+    cuda: str | None = None  # the template in CUDA kernels, where it differs (helpers of cuda_runtime.py)
 
 
 RULES: dict[str, Rule] = {}
 
 
-def rule(name: str, template: str, result: str = "float", partials: Partials | None = None) -> None:
+def rule(
+    name: str, template: str, result: str = "float", partials: Partials | None = None, cuda: str | None = None
+) -> None:
     """Register an op. ``result``: "promote" (NumPy promotion of the arguments), "float" (promotion, ints
     become float64), "same" (the first argument's type), "bool", "int", "f4" or "f8"."""
-    RULES[name] = Rule(template, result, partials)
+    RULES[name] = Rule(template, result, partials, cuda)
 
 
 def _sel(cond: Expr, a: Expr | float, b: Expr | float) -> Expr:
@@ -80,7 +83,7 @@ rule("select", "({1} if {0} else {2})", "promote")
 
 # Elementary functions (math.* and their numpy twins map here).
 rule("sqrt", "math.sqrt({0})", "float", lambda out, x: [0.5 / out])
-rule("cbrt", "np.cbrt({0})", "float", lambda out, x: [1.0 / (3.0 * out * out)])
+rule("cbrt", "np.cbrt({0})", "float", lambda out, x: [1.0 / (3.0 * out * out)], cuda="cuda.cbrt({0})")
 rule("exp", "math.exp({0})", "float", lambda out, x: [out])
 rule("log", "math.log({0})", "float", lambda out, x: [1.0 / x])
 rule("log1p", "math.log1p({0})", "float", lambda out, x: [1.0 / (1.0 + x)])
@@ -101,8 +104,8 @@ rule(
     "float",
     lambda out, x, y: [_sel(call("gt", out, 0.0), x / out, 0.0), _sel(call("gt", out, 0.0), y / out, 0.0)],
 )
-rule("floor", "np.floor({0})", "same")
-rule("ceil", "np.ceil({0})", "same")
+rule("floor", "np.floor({0})", "same", cuda="_floor({0})")
+rule("ceil", "np.ceil({0})", "same", cuda="_ceil({0})")
 rule("ifloor", "math.floor({0})", "int")
 rule("iceil", "math.ceil({0})", "int")
 
@@ -123,7 +126,7 @@ rule("and", "({0} and {1})", "bool")
 rule("or", "({0} or {1})", "bool")
 
 # Integer helpers the frontend and the reverse pass use.
-rule("tripcount", "len(range({0}, {1}, {2}))", "int")
+rule("tripcount", "len(range({0}, {1}, {2}))", "int", cuda="_tripcount({0}, {1}, {2})")
 rule("shape", "{0}.shape[{1}]", "int")
 rule("item", "{0}[{1}]", "same")
 

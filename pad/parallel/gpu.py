@@ -14,6 +14,7 @@ instead of numba's argument handling (tens of microseconds).
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -26,7 +27,7 @@ from pad.kernel.emit import BLOCK
 
 __all__ = ["current_device_id", "run", "stats"]
 
-stats = {"launches": 0, "tape_bytes": 0, "peak_tape_bytes": 0}
+stats: dict[str, Any] = {"launches": 0, "tape_bytes": 0, "peak_tape_bytes": 0}
 
 
 class TapeOverflow(RuntimeError):
@@ -147,10 +148,16 @@ def _launch(dispatcher: Any, blocks: int, call: list[Any]) -> None:
     if direct is not None:
         direct(blocks, call)
         return
-    dispatcher[blocks, BLOCK](*call)
+    with warnings.catch_warnings():  # numba warns about small grids; a launch's size is the user's choice
+        warnings.filterwarnings("ignore", message=".*Grid size")
+        dispatcher[blocks, BLOCK](*call)
     if all(arrays.is_cupy(a) for a in call if hasattr(a, "shape")) and not _simulated():
         overload = dispatcher.overloads[tuple(dispatcher.typeof_pyval(a) for a in call)]
-        _compiled[key] = _DirectLaunch(overload)
+        try:
+            _compiled[key] = _DirectLaunch(overload)
+        except Exception as e:  # an unknown numba-cuda/CuPy version: numba's dispatch keeps working
+            stats["direct_launch_error"] = f"{type(e).__name__}: {e}"
+            _compiled[key] = lambda blocks, call: dispatcher[blocks, BLOCK](*call)
 
 
 class _DirectLaunch:
@@ -164,7 +171,8 @@ class _DirectLaunch:
         import cupy
 
         self.module = cupy.cuda.function.Module()
-        self.module.load(overload.library.get_cubin())
+        cubin = overload.library.get_cubin()
+        self.module.load(bytes(getattr(cubin, "code", cubin)))  # numba-cuda >= 0.2x wraps it in ObjectCode
         self.function = self.module.get_function(overload.entry_name)
 
     def __call__(self, blocks: int, call: list[Any]) -> None:
