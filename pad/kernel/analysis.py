@@ -259,8 +259,12 @@ def liveness(stmts: list[Stmt], live_out: set[str], prune: bool) -> tuple[list[S
             out.append(If(s.cond, body, orelse, line=s.line))
         elif isinstance(s, For):
             loop_live = set(live)
+            exposed = exposed_under_guards(s.body)
             while True:
                 body, lb = liveness(s.body, loop_live, prune)
+                # Path-insensitive liveness thinks a value set under ``if c:`` and read under a later
+                # ``if c:`` of the same iteration flows in from before the loop; it does not.
+                lb &= exposed | loop_live
                 new = loop_live | (lb - {s.var})
                 if new == loop_live:
                     break
@@ -288,6 +292,51 @@ def liveness(stmts: list[Stmt], live_out: set[str], prune: bool) -> tuple[list[S
             raise AssertionError(f"unexpected statement {s}")
     out.reverse()
     return out, live
+
+
+def exposed_under_guards(code: list[Stmt]) -> set[str]:
+    """Variables some use of which may read a value from before ``code`` began.
+
+    Plain liveness is path-insensitive: a temporary set in ``if c:`` of the forward sweep and read in the
+    matching ``if c:`` of the reverse sweep looks live on entry. Here a definition made under conditions
+    ``G`` covers a later use under conditions that include ``G`` (the condition variables unchanged in
+    between); definitions inside a loop cover uses inside that loop only.
+    """
+    exposed: set[str] = set()
+
+    Guard = frozenset[tuple[str, bool]]
+
+    def visit(stmts: list[Stmt], guard: Guard, defined: set[tuple[str, Guard]]) -> None:
+        for st in stmts:
+            uses = (
+                {n for e in exprs_of(st) for n in names_in(e)} if not isinstance(st, (If, While)) else set()
+            )
+            if isinstance(st, If):
+                uses = set(names_in(st.cond))
+            for n in uses:
+                if not any(v == n and g <= guard for v, g in defined):
+                    exposed.add(n)
+            if isinstance(st, (Assign, Pop)):
+                # Facts guarded by the variable being reassigned no longer hold.
+                defined -= {(v, g) for v, g in defined if any(c == st.target for c, _ in g)}
+                defined.add((st.target, guard))
+            elif isinstance(st, If):
+                cond = st.cond.id if isinstance(st.cond, Name) else None
+                for side, block in ((True, st.body), (False, st.orelse)):
+                    visit(block, guard | {(cond, side)} if cond else guard, defined)
+            elif isinstance(st, For):
+                defined.add((st.var, guard))
+                visit(st.body, guard, set(defined))
+            elif isinstance(st, While):
+                facts = set(defined)
+                visit(st.test, guard, facts)
+                for n in names_in(st.cond):
+                    if not any(v == n and g <= guard for v, g in facts):
+                        exposed.add(n)
+                visit(st.body, guard, facts)
+
+    visit(code, frozenset(), set())
+    return exposed
 
 
 def _assigned_in(stmts: list[Stmt]) -> set[str]:

@@ -24,7 +24,10 @@ from pad.kernel.ir import (
     Assign,
     Elem,
     For,
+    If,
+    Lit,
     LocalArray,
+    Name,
     Pop,
     Push,
     Stmt,
@@ -138,6 +141,7 @@ def build(
         )
     else:
         written = stored_names & set(params)
+        body = _converge(body, varying(body, launch_index, written), low.namer, types, low.kinds)
         variant.source = CUDA_MODULE_HEADER.format(origin=origin) + cuda_kernel_source(
             launcher,
             launch_index,
@@ -154,6 +158,53 @@ def build(
         variant.tape_slots = len(pushes)
     variant.launcher = _load(name, variant.source)
     return variant
+
+
+def _converge(
+    stmts: list[Stmt], var: set[str], namer: Any, types: dict[str, str], kinds: dict[str, Kind]
+) -> list[Stmt]:
+    """Move accumulations at uniform indices out of branches whose condition varies between threads.
+
+    Inside ``if c:`` with a thread-dependent ``c`` the warp is split, and a warp-aggregated atomic falls
+    back to one atomic per lane on the same address. So ``x[j] += v`` there becomes ``t = v`` (``t = 0``
+    before the branch) and ``x[j] += t`` after it, where every lane of the warp arrives together.
+    """
+    out: list[Stmt] = []
+    for s in stmts:
+        if isinstance(s, If) and any(n in var for n in names_in(s.cond)):
+            inside = assigned([s])
+            moved: list[tuple[str, Store]] = []
+
+            def strip(
+                block: list[Stmt], inside: set[str] = inside, moved: list[tuple[str, Store]] = moved
+            ) -> list[Stmt]:
+                kept: list[Stmt] = []
+                for x in block:
+                    names = {n for e in x.index for n in names_in(e)} if isinstance(x, Store) else set()
+                    if (
+                        isinstance(x, Store)
+                        and x.accumulate
+                        and x.array.startswith("_pv")
+                        and not (names & (var | inside))
+                    ):
+                        t = namer.fresh("acc")
+                        kind = kinds[x.array[len("_pv") :].removeprefix("_b_").removeprefix("_d_")]
+                        types[t] = "f4" if isinstance(kind, ArrayKind) and kind.dtype.itemsize == 4 else "f8"
+                        moved.append((t, x))
+                        kept.append(Assign(t, x.value, line=x.line))
+                    elif isinstance(x, If):
+                        kept.append(If(x.cond, strip(x.body), strip(x.orelse), line=x.line))
+                    else:
+                        kept.append(map_blocks(x, lambda b: _converge(b, var, namer, types, kinds)))
+                return kept
+
+            body, orelse = strip(s.body), strip(s.orelse)
+            out += [Assign(t, Lit(0.0, typed=True), line=s.line) for t, _ in moved]
+            out.append(If(s.cond, body, orelse, line=s.line))
+            out += [Store(x.array, x.index, Name(t), True, line=x.line) for t, x in moved]
+        else:
+            out.append(map_blocks(s, lambda b: _converge(b, var, namer, types, kinds)))
+    return out
 
 
 def _no_launcher(*args: Any) -> None:

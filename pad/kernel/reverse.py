@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pad.kernel.analysis import FLOATS, Activity, liveness, owned
+from pad.kernel.analysis import FLOATS, Activity, exposed_under_guards, liveness, owned
 from pad.kernel.frontend import ArrayKind, Kind, Namer, scalar_type
 from pad.kernel.ir import (
     Assign,
@@ -347,51 +347,6 @@ def _order_free(s: For, rev_body: list[Stmt]) -> bool:
         if len(reads) != 2 or sum(1 for x in walk(s.body) if isinstance(x, Assign) and x.target == v) != 1:
             return False
     return True
-
-
-def exposed_under_guards(code: list[Stmt]) -> set[str]:
-    """Variables some use of which may read a value from before ``code`` began.
-
-    Plain liveness is path-insensitive: a temporary set in ``if c:`` of the forward sweep and read in the
-    matching ``if c:`` of the reverse sweep looks live on entry. Here a definition made under conditions
-    ``G`` covers a later use under conditions that include ``G`` (the condition variables unchanged in
-    between); definitions inside a loop cover uses inside that loop only.
-    """
-    exposed: set[str] = set()
-
-    Guard = frozenset[tuple[str, bool]]
-
-    def visit(stmts: list[Stmt], guard: Guard, defined: set[tuple[str, Guard]]) -> None:
-        for st in stmts:
-            uses = (
-                {n for e in exprs_of(st) for n in names_in(e)} if not isinstance(st, (If, While)) else set()
-            )
-            if isinstance(st, If):
-                uses = set(names_in(st.cond))
-            for n in uses:
-                if not any(v == n and g <= guard for v, g in defined):
-                    exposed.add(n)
-            if isinstance(st, (Assign, Pop)):
-                # Facts guarded by the variable being reassigned no longer hold.
-                defined -= {(v, g) for v, g in defined if any(c == st.target for c, _ in g)}
-                defined.add((st.target, guard))
-            elif isinstance(st, If):
-                cond = st.cond.id if isinstance(st.cond, Name) else None
-                for side, block in ((True, st.body), (False, st.orelse)):
-                    visit(block, guard | {(cond, side)} if cond else guard, defined)
-            elif isinstance(st, For):
-                defined.add((st.var, guard))
-                visit(st.body, guard, set(defined))
-            elif isinstance(st, While):
-                facts = set(defined)
-                visit(st.test, guard, facts)
-                for n in names_in(st.cond):
-                    if not any(v == n and g <= guard for v, g in facts):
-                        exposed.add(n)
-                visit(st.body, guard, facts)
-
-    visit(code, frozenset(), set())
-    return exposed
 
 
 def _drop_stores(stmts: list[Stmt], arrays: set[str]) -> list[Stmt]:
