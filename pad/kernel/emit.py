@@ -34,6 +34,7 @@ from pad.kernel.ir import (
 from pad.kernel.rules import RULES
 
 _PREFIXES = ("_pv", "_b_", "_d_")
+UNORDERED = "_any"  # prefix of loop variables of loops whose iterations may run in any order
 
 
 def base_name(name: str) -> str:
@@ -99,8 +100,7 @@ class Printer:
                     self.lines.append(f"{pad}else:")
                     self.emit(s.orelse, indent + 1)
             elif isinstance(s, For):
-                bounds = ", ".join(self.expr(x, "i") for x in (s.start, s.stop, s.step))
-                self.lines.append(f"{pad}for {s.var} in range({bounds}):")
+                self.lines += [pad + line for line in self.loop_header(s)]
                 self.emit(s.body, indent + 1)
                 if not s.body:
                     self.lines.append(f"{pad}    pass")
@@ -122,6 +122,10 @@ class Printer:
                 raise AssertionError(f"cannot print {s}")
 
     # Statements whose code depends on the target (CPU threads here; CUDA in ``CudaPrinter``).
+    def loop_header(self, s: For) -> list[str]:
+        bounds = ", ".join(self.expr(x, "i") for x in (s.start, s.stop, s.step))
+        return [f"for {s.var} in range({bounds}):"]
+
     def index(self, s: Store) -> str:
         return ", ".join(self.expr(x, "i") for x in s.index)
 
@@ -226,19 +230,37 @@ class CudaPrinter(Printer):
 
     varying: set[str] = field(default_factory=set)
     ranks: dict[str, int] = field(default_factory=dict)  # local arrays' ranks (for Fill)
+    atomic: set[str] = field(default_factory=set)  # arrays some thread accumulates into at a shared index
 
     def template(self, op: str) -> str:
         return RULES[op].cuda or RULES[op].template
 
     def store(self, s: Store) -> list[str]:
-        if not (s.accumulate and s.array.startswith("_pv")):
+        if not s.accumulate or s.array.removeprefix("_pv") not in self.atomic:
             return super().store(s)
-        array, value = s.array[len("_pv") :], self.expr(s.value, self.type_of(s.array))
+        # Also ``x[i] += v`` at the thread's own index: another thread may be adding to x[i] atomically.
+        array, value = s.array.removeprefix("_pv"), self.expr(s.value, self.type_of(s.array))
         uniform = not any(n in self.varying for x in s.index for n in names_in(x))
-        if uniform and len(s.index) <= 3:
+        if uniform and s.array.startswith("_pv") and len(s.index) <= 3:
             return [f"add_uniform{len(s.index)}({array}, {self.index(s)}, {value})"]
         index = self.index(s) if len(s.index) == 1 else f"({self.index(s)})"
         return [f"cuda.atomic.add({array}, {index}, {value})"]
+
+    def loop_header(self, s: For) -> list[str]:
+        """Iterations whose order does not matter (``UNORDERED`` loop variables) start at a different
+        iteration in each warp: warps that accumulate into ``x[k]`` then hit different addresses at a time
+        instead of all queueing on the same one."""
+        if not s.var.startswith(UNORDERED):
+            return super().loop_header(s)
+        assert s.start == Lit(0) and s.step == Lit(1)
+        stop = self.expr(s.stop, "i")
+        return [
+            f"_o{s.var} = (_tid // 32 * 8) % {stop} if {stop} > 0 else 0",
+            f"for _r{s.var} in range({stop}):",
+            f"    {s.var} = _r{s.var} + _o{s.var}",
+            f"    if {s.var} >= {stop}:",
+            f"        {s.var} -= {stop}",
+        ]
 
     def push(self, s: Push) -> list[str]:
         return [
@@ -279,7 +301,8 @@ def cuda_kernel_source(
     one atomic per block, not per thread.
     """
     ranks = {local.target: len(local.shape) for local in launcher.locals}
-    p = CudaPrinter(types, kinds, varying=varying, ranks=ranks)
+    atomic = {s.array[len("_pv") :] for s in walk(body) if isinstance(s, Store) and s.array.startswith("_pv")}
+    p = CudaPrinter(types, kinds, varying=varying, ranks=ranks, atomic=atomic)
     uses_tape = any(isinstance(s, (Push, Pop)) for s in walk(body))
     args = ", ".join(
         ["_n", *launcher.params, *launcher.extras, *(["_tape", "_overflow"] if uses_tape else [])]

@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pad.kernel.analysis import FLOATS, Activity, exposed_under_guards, liveness, owned
+from pad.kernel.emit import UNORDERED
 from pad.kernel.frontend import ArrayKind, Kind, Namer, scalar_type
 from pad.kernel.ir import (
     Assign,
@@ -227,8 +228,11 @@ class Reverse:
             fwd_body, rev_body = self.stored(s, need)
         backwards = For(k, call("sub", Name(trip), Lit(1)), Lit(-1), Lit(-1), set_var + rev_body, line=s.line)
         if isinstance(s, For) and id(s) in self.recompute and _order_free(s, rev_body):
-            # Iterations' adjoints commute here: run them in forward order, which numba can vectorize.
-            backwards = For(k, Lit(0), Name(trip), Lit(1), set_var + rev_body, line=s.line)
+            # Iterations' adjoints commute here: run them in forward order, which numba can vectorize
+            # (and a GPU may start each warp at a different iteration: the UNORDERED name says so).
+            free = self.fresh(s, UNORDERED[1:], "i")  # the namer adds the leading underscore
+            set_var = [Assign(s.var, call("add", s.start, call("mul", Name(free), s.step)), line=s.line)]
+            backwards = For(free, Lit(0), Name(trip), Lit(1), set_var + rev_body, line=s.line)
         if isinstance(s, For):
             forward: For | While = For(s.var, s.start, s.stop, s.step, fwd_body, line=s.line)
             before: list[Stmt] = []

@@ -1,0 +1,130 @@
+"""The CUDA target's own behaviour: races, tapes, launches, and errors that name the cause.
+
+On a real GPU with CuPy arrays, or on numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``); skips otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+import pad
+from pad import arrays
+from tests.gpu.test_corpus_cuda import SIMULATED, _gpu_available, device
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not _gpu_available(), reason="no GPU and NUMBA_ENABLE_CUDASIM is not 1"),
+]
+N = 4096 if SIMULATED else 1 << 20  # large enough on a GPU that racing threads would collide
+
+
+@pad.kernel
+def smooth(i, x, y):
+    if i == 0 or i == x.shape[0] - 1:
+        y[i] = x[i]
+    else:
+        y[i] = 0.25 * x[i - 1] + 0.5 * x[i] + 0.25 * x[i + 1]
+
+
+@pad.kernel
+def series(i, m, x, y):
+    v = x[i]
+    t = 0.0
+    for k in range(m[i]):  # a data-dependent trip count: the tape's depth is bounded by a first kernel
+        v = math.sin(v) + 0.5 * v
+        if v > 0.3:
+            t = t + v * v
+    y[i] = t
+
+
+@pad.kernel
+def total(i, x, s):
+    s[0] += x[i] * x[i]
+
+
+def gradient(program, args, seeds):
+    """Shadows (on the host) after one autodiff of ``program`` with the given output seeds."""
+    dups = [pad.Dup(a, arrays.like(a, s)) for a, s in zip(args, seeds, strict=True)]
+    pad.autodiff(program, *dups)
+    return [arrays.to_host(d.shadow) for d in dups]
+
+
+def test_owned_and_shared_accumulations_do_not_race():
+    """Thread i adds to dx[i] while threads i-1 and i+1 add to it too: all adds must be atomic."""
+    rng = np.random.default_rng(1)
+    x, seed = rng.uniform(size=N), rng.uniform(size=N)
+
+    def run(xp_x, xp_y):
+        pad.launch(smooth, xp_x.shape[0], xp_x, xp_y)
+
+    cpu = gradient(run, [x.copy(), np.zeros(N)], [np.zeros(N), seed])
+    for _ in range(3):
+        gpu = gradient(run, [device(x), device(np.zeros(N))], [np.zeros(N), seed])
+        np.testing.assert_allclose(gpu[0], cpu[0], rtol=1e-12, atol=1e-14)
+
+
+def test_sum_into_one_element_matches_cpu():
+    rng = np.random.default_rng(2)
+    x = rng.uniform(size=N)
+    s = device(np.zeros(1))
+    pad.launch(total, N, device(x), s)
+    assert arrays.to_host(s)[0] == pytest.approx(float(x @ x), rel=1e-12)
+
+
+def test_data_dependent_tape_is_sized_reported_and_bounded(monkeypatch):
+    from pad.parallel import gpu
+
+    rng = np.random.default_rng(3)
+    n = 512
+    m = rng.integers(0, 9, n)
+    x = rng.uniform(-1, 1, n)
+
+    def run(x_, y_):
+        pad.launch(series, n, arrays.like(x_, m, np.int64), x_, y_)
+
+    pad.check_grad(
+        run, pad.Dup(device(x), device(np.zeros(n))), pad.Dup(device(np.zeros(n)), device(np.zeros(n)))
+    )
+    cpu = gradient(
+        lambda a, b: pad.launch(series, n, m, a, b), [x.copy(), np.zeros(n)], [np.zeros(n), np.ones(n)]
+    )
+    gpu_ = gradient(run, [device(x), device(np.zeros(n))], [np.zeros(n), np.ones(n)])
+    np.testing.assert_allclose(gpu_[0], cpu[0], rtol=1e-10, atol=1e-12)
+    assert 0 < gpu.stats["tape_bytes"] <= 8 * n * (2 * 8 + 8)  # at most a few values per iteration
+    monkeypatch.setenv("PAD_GPU_TAPE_LIMIT", "64")
+    with pytest.raises(MemoryError, match="tape of .* over the limit .*PAD_GPU_TAPE_LIMIT"):
+        gradient(run, [device(x), device(np.zeros(n))], [np.zeros(n), np.ones(n)])
+
+
+def test_mixing_host_and_device_arrays_names_the_arguments():
+    with pytest.raises(TypeError, match=r"argument 1 in GPU 0 memory .* argument 2 in host memory"):
+        pad.launch(smooth, 8, device(np.zeros(8)), np.zeros(8))
+
+
+def test_shadow_in_the_wrong_memory_is_refused():
+    with pytest.raises(TypeError, match="the array is in GPU 0 memory .* but its shadow in host memory"):
+        pad.autodiff(lambda a, b: None, pad.Dup(device(np.zeros(4)), np.zeros(4)), device(np.zeros(4)))
+
+
+def test_empty_launch_does_nothing():
+    y = device(np.full(4, 7.0))
+    pad.launch(smooth, 0, device(np.zeros(4)), y)
+    assert (arrays.to_host(y) == 7.0).all()
+
+
+@pytest.mark.skipif(SIMULATED, reason="direct launches are a real-GPU path")
+def test_repeated_launches_go_direct_and_agree():
+    from pad.parallel import gpu
+
+    x = device(np.random.default_rng(4).uniform(size=N))
+    outs = []
+    for _ in range(3):
+        y = device(np.zeros(N))
+        pad.launch(smooth, N, x, y)
+        outs.append(arrays.to_host(y))
+    assert "direct_launch_error" not in gpu.stats
+    np.testing.assert_array_equal(outs[1], outs[0])
+    np.testing.assert_array_equal(outs[2], outs[0])
