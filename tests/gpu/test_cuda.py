@@ -33,7 +33,7 @@ def smooth(i, x, y):
 def series(i, m, x, y):
     v = x[i]
     t = 0.0
-    for k in range(m[i]):  # a data-dependent trip count: the tape's depth is bounded by a first kernel
+    for _k in range(m[i]):  # a data-dependent trip count: the tape's depth is bounded by a first kernel
         v = math.sin(v) + 0.5 * v
         if v > 0.3:
             t = t + v * v
@@ -95,7 +95,7 @@ def test_data_dependent_tape_is_sized_reported_and_bounded(monkeypatch):
     np.testing.assert_allclose(gpu_[0], cpu[0], rtol=1e-10, atol=1e-12)
     assert 0 < gpu.stats["tape_bytes"] <= 8 * n * (2 * 8 + 8)  # at most a few values per iteration
     monkeypatch.setenv("PAD_GPU_TAPE_LIMIT", "64")
-    with pytest.raises(MemoryError, match="tape of .* over the limit .*PAD_GPU_TAPE_LIMIT"):
+    with pytest.raises(MemoryError, match=r"tape of .* over the limit .*PAD_GPU_TAPE_LIMIT"):
         gradient(run, [device(x), device(np.zeros(n))], [np.zeros(n), np.ones(n)])
 
 
@@ -105,7 +105,7 @@ def test_mixing_host_and_device_arrays_names_the_arguments():
 
 
 def test_shadow_in_the_wrong_memory_is_refused():
-    with pytest.raises(TypeError, match="the array is in GPU 0 memory .* but its shadow in host memory"):
+    with pytest.raises(TypeError, match=r"the array is in GPU 0 memory .* but its shadow in host memory"):
         pad.autodiff(lambda a, b: None, pad.Dup(device(np.zeros(4)), np.zeros(4)), device(np.zeros(4)))
 
 
