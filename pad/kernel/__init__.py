@@ -39,13 +39,13 @@ class Kernel:
         self, args: tuple, mode: str, active: tuple[bool, ...] | None = None, target: str = "cpu"
     ) -> Variant:
         """The compiled variant for these arguments and target (cached per kinds, activity and target)."""
-        kinds = [
-            kind_of_value(a, f"argument {k + 1} of kernel {self.fn.__name__}") for k, a in enumerate(args)
-        ]
         active = active if active is not None else (False,) * len(args)
-        key = (mode, tuple(kinds), active, target)
+        key = (mode, tuple(map(_signature, args)), active, target)
         hit = self._variants.get(key)
         if hit is None:
+            kinds = [
+                kind_of_value(a, f"argument {k + 1} of kernel {self.fn.__name__}") for k, a in enumerate(args)
+            ]
             with self._lock:
                 hit = self._variants.get(key)
                 if hit is None:
@@ -54,6 +54,16 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"<pad.kernel {self.fn.__module__}.{self.fn.__qualname__}>"
+
+
+def _signature(a: Any) -> Any:
+    """What a launch argument's kernel kind depends on, cheaply (a launch looks its variant up by it)."""
+    ndim = getattr(a, "ndim", None)
+    if ndim:
+        return (a.dtype.char, ndim)
+    if type(a) is tuple:
+        return tuple(map(type, a))
+    return type(a)
 
 
 class Func:

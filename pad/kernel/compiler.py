@@ -18,7 +18,14 @@ from typing import Any
 
 from pad.kernel import runtime
 from pad.kernel.analysis import Activity, activity, infer_types, owned, reduced_arrays, varying
-from pad.kernel.emit import CUDA_MODULE_HEADER, MODULE_HEADER, Launcher, cuda_kernel_source, launcher_source
+from pad.kernel.emit import (
+    CUDA_MODULE_HEADER,
+    MODULE_HEADER,
+    Launcher,
+    base_name,
+    cuda_kernel_source,
+    launcher_source,
+)
 from pad.kernel.frontend import ArrayKind, Kind, Lowered, lower_kernel
 from pad.kernel.ir import (
     Assign,
@@ -34,6 +41,7 @@ from pad.kernel.ir import (
     Store,
     While,
     assigned,
+    call,
     exprs_of,
     loaded_arrays,
     map_blocks,
@@ -114,6 +122,7 @@ def build(
         launcher.accumulators = [adj(params[k]) for k in active_scalars]
         locals_ += [LocalArray(adj(s.target), s.shape, s.dtype) for s in locals_ if s.target in act.arrays]
         init = sorted((_scalars_in(body) | set(launcher.accumulators)) - set(low.params))
+    body = _promote(body, low.namer, types, low.kinds)
     if target == "cuda":
         privates = []  # a CUDA thread accumulates into shared elements atomically, not into a copy
     buffers = [_buffer(kind, params[pos], mode) for kind, pos in privates]
@@ -160,6 +169,76 @@ def build(
     return variant
 
 
+def _promote(stmts: list[Stmt], namer: Any, types: dict[str, str], kinds: dict[str, Kind]) -> list[Stmt]:
+    """Accumulate ``x[e] += v`` inside a loop in a scalar when ``e`` does not change in the loop and the loop
+    never reads or overwrites ``x``; add the scalar to ``x[e]`` once after the loop.
+
+    Typical in adjoints: ``dq[i] += ...`` for every partner ``j`` of ``i``. One memory update (on GPUs one
+    atomic) per loop instead of one per iteration.
+    """
+    out: list[Stmt] = []
+    for s in stmts:
+        s = map_blocks(s, lambda b: _promote(b, namer, types, kinds))
+        if not isinstance(s, (For, While)):
+            out.append(s)
+            continue
+        code = [*s.body, *(s.test if isinstance(s, While) else [])]
+        changing = assigned(code) | ({s.var} if isinstance(s, For) else set())
+        touched = loaded_arrays(code) | {
+            x.array for x in walk(code) if isinstance(x, Store) and not x.accumulate
+        }
+        sums: dict[tuple, str] = {}
+        body = _scalarize(s.body, changing, touched, sums, namer, types, kinds)
+        loop = (
+            For(s.var, s.start, s.stop, s.step, body, line=s.line)
+            if isinstance(s, For)
+            else While(s.test, s.cond, body, line=s.line)
+        )
+        out += [Assign(t, Lit(0.0, typed=True), line=s.line) for t in sums.values()]
+        out.append(loop)
+        out += [Store(array, index, Name(t), True, line=s.line) for (array, index), t in sums.items()]
+    return out
+
+
+def _scalarize(
+    block: list[Stmt],
+    changing: set[str],
+    touched: set[str],
+    sums: dict[tuple, str],
+    namer: Any,
+    types: dict[str, str],
+    kinds: dict[str, Kind],
+) -> list[Stmt]:
+    """``_promote``'s rewrite of one loop body: eligible accumulations go to the scalars in ``sums``."""
+    out: list[Stmt] = []
+    for x in block:
+        if not isinstance(x, Store):
+            out.append(map_blocks(x, lambda b: _scalarize(b, changing, touched, sums, namer, types, kinds)))
+            continue
+        names = {n for e in x.index for n in names_in(e)}
+        base = x.array.removeprefix("_pv")
+        kind = kinds.get(base_name(base))
+        if (
+            x.accumulate
+            and not (names & changing)
+            and not ({x.array, base} & touched)
+            and isinstance(kind, ArrayKind)
+            and not kind.local
+        ):
+            key = (x.array, x.index)
+            if key not in sums:
+                sums[key] = namer.fresh("sum")
+                types[sums[key]] = _element_type(kind)
+            out.append(Assign(sums[key], call("add", Name(sums[key]), x.value), line=x.line))
+        else:
+            out.append(x)
+    return out
+
+
+def _element_type(kind: Kind) -> str:
+    return "f4" if isinstance(kind, ArrayKind) and kind.dtype.itemsize == 4 else "f8"
+
+
 def _converge(
     stmts: list[Stmt], var: set[str], namer: Any, types: dict[str, str], kinds: dict[str, Kind]
 ) -> list[Stmt]:
@@ -188,8 +267,7 @@ def _converge(
                         and not (names & (var | inside))
                     ):
                         t = namer.fresh("acc")
-                        kind = kinds[x.array[len("_pv") :].removeprefix("_b_").removeprefix("_d_")]
-                        types[t] = "f4" if isinstance(kind, ArrayKind) and kind.dtype.itemsize == 4 else "f8"
+                        types[t] = _element_type(kinds[base_name(x.array)])
                         moved.append((t, x))
                         kept.append(Assign(t, x.value, line=x.line))
                     elif isinstance(x, If):

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from pad import arrays, tape
 from pad.kernel import Kernel, Variant
 from pad.parallel import cpu
@@ -28,16 +30,31 @@ def _check(k: Any, n: Any) -> int:
     return n
 
 
+_DEVICE_TYPES: set[type] = set()  # array types known to be GPU arrays (the check itself is slow)
+
+
 def _target(k: Kernel, args: tuple) -> str:
     """``"cuda"`` if the launch's arrays are GPU arrays, ``"cpu"`` if host arrays; mixing them is an error."""
-    places = {pos: arrays.where(a) for pos, a in enumerate(args) if getattr(a, "ndim", 0) > 0}
-    if len(set(places.values())) > 1:
+    host = device = foreign = False
+    for a in args:
+        if getattr(a, "ndim", 0):
+            if isinstance(a, np.ndarray):
+                host = True
+            elif type(a) in _DEVICE_TYPES:
+                device = True
+            elif arrays.is_device(a):
+                _DEVICE_TYPES.add(type(a))
+                device = True
+            else:
+                foreign = True
+    if (host and device) or foreign:
+        places = {pos: arrays.where(a) for pos, a in enumerate(args) if getattr(a, "ndim", 0) > 0}
         listing = ", ".join(f"argument {pos + 1} in {place}" for pos, place in places.items())
         raise TypeError(
             f"pad.launch({k.fn.__name__}): all arrays of a launch must live in one memory, but {listing}; "
             "move them with cupy.asarray(...) / .get() first"
         )
-    return "cuda" if any(arrays.is_device(args[pos]) for pos in places) else "cpu"
+    return "cuda" if device else "cpu"
 
 
 def _run(variant: Variant, n: int, args: tuple, extras: Any = (), shadows: Any = None) -> Any:

@@ -30,7 +30,8 @@ from pad.kernel.emit import BLOCK
 
 __all__ = ["current_device_id", "run", "stats"]
 
-stats: dict[str, Any] = {"launches": 0, "tape_bytes": 0, "peak_tape_bytes": 0}
+stats: dict[str, Any] = {"tape_bytes": 0, "peak_tape_bytes": 0}
+_NO_OUTPUTS = np.zeros(0)
 
 
 class TapeOverflow(RuntimeError):
@@ -100,6 +101,10 @@ def run(
     name: str = "kernel",
 ) -> np.ndarray:
     """Run ``variant`` for indices ``range(n)`` on the GPU; returns the adjoints of active scalars."""
+    if variant.mode != "adjoint" or not (variant.active_scalars or variant.tape_slots):
+        if n:
+            _launch(variant.launcher, _blocks(n), [n, *args, *extras])
+        return _NO_OUTPUTS
     outputs = np.zeros(len(variant.active_scalars))
     if n == 0:
         return outputs
@@ -126,7 +131,6 @@ def run(
         overflow = _zeros(like, (1,), np.int32)
         call += [_empty(like, (slots, n), np.float64), overflow]
     _launch(variant.launcher, _blocks(n), call)
-    stats["launches"] += 1
     if overflow is not None and int(arrays.to_host(overflow)[0]):
         raise TapeOverflow(f"pad.launch({name}): the adjoint overflowed its tape; please report this kernel")
     if act is not None:
