@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pad.kernel import runtime
-from pad.kernel.analysis import Activity, activity, infer_types, owned, reduced_arrays
+from pad.kernel.analysis import Activity, activity, infer_types, overwritten_arrays, owned, reduced_arrays
 from pad.kernel.emit import MODULE_HEADER, Launcher, launcher_source
 from pad.kernel.frontend import ArrayKind, Kind, Lowered, lower_kernel
 from pad.kernel.ir import (
@@ -53,6 +53,7 @@ class Variant:
     loaded: set[int]  # arrays whose values the kernel reads (the adjoint needs them)
     stored: set[int]  # arrays the kernel writes
     privates: list[tuple[str, int]] = field(default_factory=list)  # ("primal"|"shadow", position) per buffer
+    overwrites: dict[int, int] = field(default_factory=dict)  # 1-D arrays never read, a[i + offset] stored
 
 
 def cache_dir() -> Path:
@@ -117,6 +118,7 @@ def build(
         {index[a] for a in loaded_names if a in index},
         {index[a] for a in stored_names if a in index},
         privates,
+        {index[a]: c for a, c in overwritten_arrays(low.body, launch_index, low.kinds).items() if a in index},
     )
 
 
