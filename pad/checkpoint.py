@@ -7,6 +7,15 @@ steps announce they overwrite (``Context.before_writes``). A snapshot copies tho
 overwritten after a snapshot was taken is added to it, before the write, with the value it still holds.
 Snapshots are restored before each recomputation.
 
+A snapshot holds only what the step after it reads. When the first thing that step does to a state array is
+a kernel launch that overwrites a range of it without reading it (``y[i + c] = ...`` over the launch, the
+kernel never reading ``y``: ``Variant.overwrites``), that range is dropped from the snapshot once the step
+has run, so a ping-pong step snapshots one array, not two. The records of the step's operations say what it
+did first; an operation pad cannot see into (anything but a launch, or work in another thread) counts as
+reading every array it has not yet seen overwritten. Restoring fills a dropped range with NaN, so a read pad
+did not see (plain NumPy code in the step reading a state array before a launch overwrites it) shows up as
+NaN in the gradient rather than as a wrong number.
+
 ``while_loop`` does not know its step count in advance: its forward pass keeps snapshots at multiples of a
 period that doubles whenever more than ``snapshots`` would be held; its reverse pass reverses each interval
 between two of them with an offline Revolve schedule using the slots that are free.
@@ -22,6 +31,7 @@ import itertools
 import os
 import shutil
 import tempfile
+import threading
 import types
 import weakref
 from collections.abc import Callable, Iterator
@@ -41,6 +51,8 @@ from checkpoint_schedules import (
 )
 
 from pad import tape
+from pad.parallel import LaunchRecord
+from pad.tasks import _Guarded
 
 # The schedule library jit-compiles its small step-count helper with numba when numba is installed, which
 # costs seconds at the first checkpointed loop of every process; its plain-Python form is just as exact
@@ -134,12 +146,76 @@ def _check_snapshots(snapshots: int | None, storage: str) -> None:
 
 # ---------------------------------------------------------------------------------------------- snapshots
 class _Saved:
-    """One saved copy of an array, in memory or in a file; shared by every snapshot that holds it."""
+    """One saved copy of an array, in memory or in a file; shared by every snapshot that holds it.
 
-    __slots__ = ("data", "nbytes", "shape")
+    With a ``hole`` (a range of flat elements the next step overwrites unread) ``data`` holds the elements
+    before and after it, one after the other.
+    """
 
-    def __init__(self, data: Any, nbytes: int, shape: tuple) -> None:
-        self.data, self.nbytes, self.shape = data, nbytes, shape
+    __slots__ = ("data", "hole", "nbytes", "shape")
+
+    def __init__(self, data: Any, nbytes: int, shape: tuple, hole: tuple[int, int] | None = None) -> None:
+        self.data, self.nbytes, self.shape, self.hole = data, nbytes, shape, hole
+
+
+class _FirstTouch:
+    """Watches one step's records: the state arrays whose first use overwrites a range of them unread.
+
+    ``holes`` maps ``id(root)`` to (weak reference to the root, flat range overwritten). Any record that is
+    not a launch (an MPI operation, a task) may have read anything: arrays not overwritten before it are
+    read. A record made by another thread (a task's launch) leaves the step without holes altogether.
+    """
+
+    def __init__(self) -> None:
+        self._thread = threading.get_ident()
+        self._read: set[int] = set()
+        self._holes: dict[int, tuple[weakref.ref, int, int]] = {}
+        self._blind = False
+        self._foreign = False
+
+    def __call__(self, rec: Any) -> None:
+        if threading.get_ident() != self._thread:
+            self._foreign = True
+        if self._blind or self._foreign:
+            return
+        while isinstance(rec, _Guarded):
+            rec = rec.rec
+        if not isinstance(rec, LaunchRecord):
+            self._blind = True
+            return
+        variant, args = rec.variant, rec.args
+        for p in variant.loaded:  # reads first: a launch may read and overwrite views of one array
+            root = _root(args[p])
+            if id(root) not in self._holes:
+                self._read.add(id(root))
+        for p in sorted(variant.stored - variant.loaded):
+            root = _root(args[p])
+            if id(root) in self._holes or id(root) in self._read:
+                continue
+            span = _span(args[p], variant.overwrites.get(p), rec.n)
+            if span is None:
+                self._read.add(id(root))  # written in a way pad cannot bound (a[j] += v counts as a read)
+            else:
+                with contextlib.suppress(TypeError):  # an array type without weak references: no hole
+                    self._holes[id(root)] = (weakref.ref(root), *span)
+
+    def holes(self) -> dict[int, tuple[weakref.ref, int, int]]:
+        return {} if self._foreign else self._holes
+
+
+def _span(a: Any, offset: int | None, n: int) -> tuple[int, int] | None:
+    """The flat elements of ``a``'s root that ``a[offset : offset + n]`` covers, or None if not a plain range."""
+    if offset is None or n < 1 or not isinstance(a, np.ndarray) or a.ndim != 1 or a.dtype.kind not in "fc":
+        return None
+    if offset < 0 or offset + n > a.shape[0] or not a.flags.c_contiguous:
+        return None
+    root = _root(a)
+    if not isinstance(root, np.ndarray) or root.dtype != a.dtype or not root.flags.c_contiguous:
+        return None
+    start, rem = divmod(tape._address(a) - tape._address(root), a.itemsize)
+    if rem or start < 0 or start + a.shape[0] > root.size:
+        return None
+    return start + offset, start + offset + n
 
 
 def _remove(folder: str | None) -> None:
@@ -193,6 +269,24 @@ class _Store:
         if new:
             self._account()
 
+    def trim(self, n: int, holes: dict[int, tuple[weakref.ref, int, int]]) -> None:
+        """Drop from snapshot ``n`` the ranges that step ``n`` overwrites before anything reads them."""
+        snap = self._held.get(n)
+        if not snap:
+            return
+        for k, (ref, lo, hi) in holes.items():
+            saved, mine = snap.get(k), self._roots.get(k)
+            r = ref()
+            if mine is None or mine() is not r or r is None or saved is None or saved.hole is not None:
+                continue
+            if tuple(saved.shape) != tuple(r.shape) or not 0 <= lo < hi <= r.size:
+                continue
+            whole = np.load(saved.data, mmap_mode="r") if self._dir is not None else saved.data
+            flat = whole.reshape(-1)
+            part = self._save(np.concatenate((flat[:lo], flat[hi:])))
+            snap[k] = _Saved(part.data, part.nbytes, saved.shape, (lo, hi))
+            self._discard([saved])
+
     def take(self, n: int, account: bool = True) -> None:
         live = [(k, ref()) for k, ref in list(self._roots.items())]
         self._held[n] = {k: self._save(r) for k, r in live if r is not None}
@@ -227,7 +321,15 @@ class _Store:
                 )
         self._ctx.will_write([r for r, _ in pairs])
         for r, saved in pairs:
-            r[...] = np.load(saved.data, mmap_mode="r") if self._dir is not None else saved.data
+            data = np.load(saved.data, mmap_mode="r") if self._dir is not None else saved.data
+            if saved.hole is None:
+                r[...] = data
+                continue
+            lo, hi = saved.hole
+            flat = r.reshape(-1)  # a view: only C-contiguous roots get holes
+            flat[:lo] = data[:lo]
+            flat[hi:] = data[lo:]
+            flat[lo:hi] = np.nan  # the next step overwrites it unread; a read pad did not see shows as NaN
         if drop:
             self.drop(n)
 
@@ -270,12 +372,26 @@ class _Loop:
         self.store = _Store(ctx, storage, directory, self.stats)
         self.layout = _Layout(args)
 
-    def advance(self, t: int, records: list[tape.Record] | None) -> None:
-        """Run step ``t``: recorded into ``records``, or (``None``) without recording."""
+    def advance(self, t: int, records: list[tape.Record] | None, fresh: bool = False) -> None:
+        """Run step ``t``: recorded into ``records``, or (``None``) without recording.
+
+        ``fresh``: a snapshot was just taken at ``t``; drop from it what the step overwrites unread.
+        """
         self.stats.steps += 1
-        with tape.unrecorded() if records is None else tape.recording_into(records):
-            self.step(t, *self.args)
+        first = _FirstTouch() if fresh else None
+        if records is None:
+            with tape.unrecorded(first):
+                self.step(t, *self.args)
+        else:
+            start = len(records)
+            with tape.recording_into(records):
+                self.step(t, *self.args)
+            if first is not None:
+                for rec in records[start:]:
+                    first(rec)
         self.layout.check(t)
+        if first is not None:
+            self.store.trim(t, first.holes())
 
     @contextlib.contextmanager
     def running(self) -> Iterator[None]:
@@ -305,11 +421,12 @@ class _Sweep:
         lp, off = self._lp, self._offset
         for action in self._actions:
             if isinstance(action, Forward):
-                if action.write_ics and not (self._held and action.n0 == 0):
+                fresh = action.write_ics and not (self._held and action.n0 == 0)
+                if fresh:
                     lp.store.take(off + action.n0)
                 records = self._records if action.write_adj_deps else None
                 for t in range(action.n0, action.n1):
-                    lp.advance(off + t, records)
+                    lp.advance(off + t, records, fresh=fresh and t == action.n0)
             elif isinstance(action, Reverse):
                 tape.reverse_records(self._records)
             elif isinstance(action, (Copy, Move)):
@@ -425,7 +542,7 @@ def while_loop(
                             store.drop(k)
                 if t % period == 0:
                     store.take(t)
-            lp.advance(t, None)
+            lp.advance(t, None, fresh=store.holds(t))
             t += 1
     lp.stats.nsteps = t
     if t == 0:

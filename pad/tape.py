@@ -234,7 +234,7 @@ class Context:
 
     def keep(self, x: Any) -> Kept:
         """Hold ``x``'s current value for an adjoint; it is copied only if something later overwrites it."""
-        if _recording.get(None) is _DISCARD:
+        if _discarding():
             return Kept(x)
         k = _key(x)
         with self._lock:
@@ -300,13 +300,22 @@ _observers: ContextVar[tuple[Callable[[list[Any]], None], ...]] = ContextVar("pa
 
 
 class _Discard(list):
-    """The recording of an ``unrecorded()`` block: records appended to it are dropped."""
+    """The recording of an ``unrecorded()`` block: records are shown to ``watch`` (if any), then dropped."""
+
+    def __init__(self, watch: Callable[[Any], None] | None = None) -> None:
+        super().__init__()
+        self._watch = watch
 
     def append(self, rec: Any) -> None:
-        pass
+        if self._watch is not None:
+            self._watch(rec)
 
 
 _DISCARD = _Discard()
+
+
+def _discarding() -> bool:
+    return isinstance(_recording.get(None), _Discard)
 
 
 def current() -> Context | None:
@@ -327,20 +336,21 @@ def recording_into(records: list[Record]) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def unrecorded() -> Iterator[None]:
+def unrecorded(watch: Callable[[Record], None] | None = None) -> Iterator[None]:
     """Run the block's operations in reverse mode without recording or keeping anything.
 
     Unlike ``suspended()``, operations still announce what they overwrite, so values kept for earlier
-    records and write observers (checkpoint snapshots) stay right.
+    records and write observers (checkpoint snapshots) stay right. ``watch`` is shown each record before
+    it is dropped (from whichever thread made it: tasks the block spawns report here too).
     """
-    with recording_into(_DISCARD):
+    with recording_into(_DISCARD if watch is None else _Discard(watch)):
         yield
 
 
 def is_recording() -> bool:
     """Whether operations run now are recorded for a reverse pass."""
     ctx = _context.get()
-    return ctx is not None and ctx.reverse_mode and _recording.get(None) is not _DISCARD
+    return ctx is not None and ctx.reverse_mode and not _discarding()
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ from pad.kernel.ir import (
     While,
     arrays_in,
     exprs_of,
+    loaded_arrays,
     names_in,
     walk,
 )
@@ -149,6 +150,57 @@ def activity(
 def owned(index: tuple[Expr, ...], launch_index: str) -> bool:
     """An element whose index contains the launch index itself belongs to one iteration."""
     return any(isinstance(x, Name) and x.id == launch_index for x in index)
+
+
+def overwritten_arrays(body: list[Stmt], launch_index: str, kinds: dict[str, Kind]) -> dict[str, int]:
+    """1-D global arrays the kernel never reads and that every iteration ``i`` stores to at ``i + c``.
+
+    Maps each to its constant offset ``c``: a launch over ``range(n)`` overwrites ``a[c : c + n]`` whatever
+    the array held (the store is unconditional, at the top level of the body; ``a[j] += v`` reads ``a``).
+    """
+    assigns: dict[str, list[Stmt]] = {}
+    for s in walk(body):
+        if isinstance(s, (Assign, Pop)):
+            assigns.setdefault(s.target, []).append(s)
+        elif isinstance(s, For):
+            assigns.setdefault(s.var, []).append(s)
+    if launch_index in assigns:
+        return {}
+    top = {id(s): k for k, s in enumerate(body)}
+
+    def offset(e: Expr, before: int) -> int | None:
+        """``e`` as ``launch_index + c`` evaluated before top-level statement ``before``, or None."""
+        if isinstance(e, Name):
+            if e.id == launch_index:
+                return 0
+            defs = assigns.get(e.id, [])
+            if len(defs) != 1 or not isinstance(defs[0], Assign) or top.get(id(defs[0]), before) >= before:
+                return None
+            return offset(defs[0].value, top[id(defs[0])])
+        if isinstance(e, Call) and e.op == "copy" and len(e.args) == 1:
+            return offset(e.args[0], before)
+        if isinstance(e, Call) and e.op in ("add", "sub") and len(e.args) == 2:
+            a, b = e.args
+            if isinstance(b, Lit) and type(b.value) is int:
+                base = offset(a, before)
+                return None if base is None else base + (b.value if e.op == "add" else -b.value)
+            if e.op == "add" and isinstance(a, Lit) and type(a.value) is int:
+                base = offset(b, before)
+                return None if base is None else base + a.value
+        return None
+
+    read = loaded_arrays(body) | {s.array for s in walk(body) if isinstance(s, Store) and s.accumulate}
+    out: dict[str, int] = {}
+    for k, s in enumerate(body):
+        if not isinstance(s, Store) or s.accumulate or s.array in read or s.array in out or len(s.index) != 1:
+            continue
+        kind = kinds.get(s.array)
+        if not isinstance(kind, ArrayKind) or kind.local or kind.ndim != 1:
+            continue
+        c = offset(s.index[0], k)
+        if c is not None:
+            out[s.array] = c
+    return out
 
 
 def reduced_arrays(body: list[Stmt], launch_index: str, kinds: dict[str, Kind], filename: str) -> set[str]:

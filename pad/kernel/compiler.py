@@ -17,7 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from pad.kernel import runtime
-from pad.kernel.analysis import Activity, activity, infer_types, owned, reduced_arrays, varying
+from pad.kernel.analysis import (
+    Activity,
+    activity,
+    infer_types,
+    overwritten_arrays,
+    owned,
+    reduced_arrays,
+    varying,
+)
 from pad.kernel.emit import (
     CUDA_MODULE_HEADER,
     MODULE_HEADER,
@@ -67,6 +75,7 @@ class Variant:
     loaded: set[int]  # arrays whose values the kernel reads (the adjoint needs them)
     stored: set[int]  # arrays the kernel writes
     privates: list[tuple[str, int]] = field(default_factory=list)  # ("primal"|"shadow", position) per buffer
+    overwrites: dict[int, int] = field(default_factory=dict)  # 1-D arrays never read, a[i + offset] stored
     target: str = "cpu"  # "cpu" (numba threads) or "cuda"
     # CUDA adjoints: tape slots per launch index when known at compile time, else a kernel that bounds them
     tape_slots: int = 0
@@ -142,6 +151,7 @@ def build(
         {index[a] for a in loaded_names if a in index},
         {index[a] for a in stored_names if a in index},
         privates,
+        {index[a]: c for a, c in overwritten_arrays(low.body, launch_index, low.kinds).items() if a in index},
         target,
     )
     if target == "cpu":

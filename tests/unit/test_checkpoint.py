@@ -104,6 +104,158 @@ def test_loop_of_kernel_launches(nsteps, snapshots):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-14)
 
 
+# ---------------------------------------------------------------------------------------------- unread overwrites
+@pad.kernel
+def _stencil(i, c, u, unew):
+    j = i + 1
+    unew[j] = u[j] + c * (u[j - 1] - 2.0 * u[j] + u[j + 1]) - 0.3 * u[j] * (u[j] - u[j - 1])
+
+
+@pad.kernel
+def _scaled(i, c, x, y):
+    y[i] = c * x[i] * x[i]
+
+
+@pad.kernel
+def _copy_back(i, x, y):
+    y[i] = x[i]
+    x[i] = 0.5 * y[i]
+
+
+def _stencil_step(t, u, v):
+    """Ping-pong over the interior: the boundary cells of both arrays keep their first values for good."""
+    src, dst = (u, v) if t % 2 == 0 else (v, u)
+    pad.launch(_stencil, src.shape[0] - 2, 0.2, src, dst)
+
+
+def _grads(stepper, nsteps, snapshots, storage="memory", directory=None):
+    u = 0.5 + 0.4 * np.sin(np.linspace(0.0, 6.0, N))
+    v = np.linspace(-0.3, 0.2, N)  # boundary values differ from u's: the snapshots must hold v[0], v[-1]
+    du, dv = np.linspace(1.0, 2.0, N), np.linspace(-1.0, 0.5, N)
+    stats = checkpoint.Stats()
+    opts = {"snapshots": snapshots, "storage": storage, "directory": directory, "stats": stats}
+    pad.autodiff(lambda u, v: checkpoint.loop(stepper, nsteps, u, v, **opts), pad.Dup(u, du), pad.Dup(v, dv))
+    return (u, v, du, dv), stats
+
+
+def test_kernels_know_what_they_overwrite_unread():
+    x = np.ones(N)
+    assert _stencil.variant((0.2, x, x.copy()), "adjoint", (False, True, True)).overwrites == {2: 1}
+    assert _scaled.variant((0.2, x, x.copy()), "primal").overwrites == {2: 0}
+    assert kops._sin.variant((x, x.copy()), "primal").overwrites == {1: 0}
+    assert kops._axpy.variant((0.2, x, x.copy()), "primal").overwrites == {}  # y[i] += ... reads y
+    assert _copy_back.variant((x, x.copy()), "primal").overwrites == {}  # reads y after storing it
+
+    @pad.kernel
+    def conditional(i, x, y):
+        if x[i] > 0.0:
+            y[i] = 1.0
+
+    @pad.kernel
+    def data_index(i, x, y, k):
+        y[k[i]] = x[i]
+
+    @pad.kernel
+    def shifted(i, x, y, z):
+        k = 2 + i
+        j = k - 3
+        y[j] = x[i]
+        m = i
+        if x[i] > 0.0:
+            m = i + 1
+        z[m] = x[i]
+
+    assert conditional.variant((x, x.copy()), "primal").overwrites == {}
+    assert data_index.variant((x, x.copy(), np.arange(N)), "primal").overwrites == {}
+    assert shifted.variant((x, x.copy(), x.copy()), "primal").overwrites == {1: -1}  # z: index not affine
+
+
+@pytest.mark.parametrize("nsteps", [1, 2, 7, 50, 200])
+@pytest.mark.parametrize("snapshots", [1, 2, 3, 4, 5])
+def test_snapshots_leave_out_what_the_next_step_overwrites_unread(nsteps, snapshots):
+    got, stats = _grads(_stencil_step, nsteps, snapshots)
+    want, _ = _grads(_stencil_step, nsteps, None)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-14)
+    assert stats.steps == optimal_steps_binomial(nsteps, min(snapshots, nsteps - 1))
+    assert stats.state_bytes == min(nsteps, 2) * N * 8
+    # a snapshot holds the array read and the other's two boundary cells; the newest is whole until its
+    # step has run (keeping both arrays: held * 2 * N * 8)
+    held = min(snapshots, nsteps - 1)
+    assert stats.peak_bytes <= max(held - 1, 0) * (N + 2) * 8 + 2 * N * 8
+
+
+def test_unread_overwrites_on_disk_and_in_while_loops(tmp_path):
+    want, _ = _grads(_stencil_step, 30, None)
+    got, stats = _grads(_stencil_step, 30, 3, storage="disk", directory=str(tmp_path))
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-14)
+    assert stats.peak_bytes <= 2 * (N + 2) * 8 + 2 * N * 8
+    assert os.listdir(tmp_path) == []
+
+    def f(u, v):
+        count = [0]
+
+        def more(u, v):
+            count[0] += 1
+            return count[0] <= 30
+
+        checkpoint.while_loop(more, _stencil_step, u, v, snapshots=3)
+
+    u, v = 0.5 + 0.4 * np.sin(np.linspace(0.0, 6.0, N)), np.linspace(-0.3, 0.2, N)
+    du, dv = np.linspace(1.0, 2.0, N), np.linspace(-1.0, 0.5, N)
+    pad.autodiff(f, pad.Dup(u, du), pad.Dup(v, dv))
+    for a, b in zip((u, v, du, dv), want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-14)
+
+
+def _reads_then_overwrites(t, u, v):
+    """Reads ``dst`` (into ``src``) before overwriting all of it: ``dst`` must stay in the snapshot."""
+    src, dst = (u, v) if t % 2 == 0 else (v, u)
+    kops.axpy(0.5, dst, src)
+    pad.launch(_scaled, src.shape[0], 0.9, src, dst)
+
+
+def _opaque_read_then_overwrites(t, u, v):
+    """An operation pad cannot see into (``npops.axpy``) reads ``dst`` before a launch overwrites it."""
+    src, dst = (u, v) if t % 2 == 0 else (v, u)
+    axpy(0.5, dst, src)
+    pad.launch(_scaled, src.shape[0], 0.9, src, dst)
+
+
+def _overwrites_then_reads(t, u, v):
+    """Overwrites ``dst`` unread, then reads it: the snapshot need not hold ``dst``."""
+    src, dst = (u, v) if t % 2 == 0 else (v, u)
+    pad.launch(_scaled, src.shape[0], 0.9, src, dst)
+    kops.axpy(0.5, dst, src)
+
+
+@pytest.mark.parametrize(
+    "stepper,arrays",
+    [(_reads_then_overwrites, 2), (_opaque_read_then_overwrites, 2), (_overwrites_then_reads, 1)],
+)
+def test_an_array_read_before_it_is_overwritten_stays_in_the_snapshot(stepper, arrays):
+    """A snapshot left without an array the step reads would restore NaN there: the gradients check it."""
+    want, _ = _grads(stepper, 20, None)
+    got, stats = _grads(stepper, 20, 3)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-14)
+    assert stats.peak_bytes == 2 * arrays * N * 8 + 2 * N * 8  # two snapshots of `arrays`, the newest whole
+
+
+def test_a_read_pad_cannot_see_shows_as_nan_not_as_a_wrong_gradient():
+    def sneaky(t, u, v):
+        src, dst = (u, v) if t % 2 == 0 else (v, u)
+        c = 0.9 + 1e-3 * float(np.max(dst))  # plain NumPy reads dst, then the launch overwrites it unread
+        pad.launch(_scaled, src.shape[0], c, src, dst)
+
+    want, _ = _grads(sneaky, 20, None)
+    assert np.isfinite(want[2]).all()
+    got, _ = _grads(sneaky, 20, 3)
+    assert np.isnan(got[2]).all()
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-13)  # the primal arrays are put back as found
+
+
 def test_keep_everything_loop_records_every_step_once():
     _, stats = _run(7, None)
     assert (stats.steps, stats.recomputed) == (7, 0)
