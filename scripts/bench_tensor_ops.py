@@ -39,50 +39,41 @@ import numpy as np
 import pad
 
 # ============================================================================================ the 15 ops
-# Matrices are 2-D (rows, cols); a launch index i over output elements maps to (i // cols, i % cols).
+# Element-wise ops run over flat views of their (contiguous) matrices, one element per launch index, as a
+# hand-written CUDA kernel would: index i owns element i, so pad sees that the adjoint's `da[i] += ...` needs
+# no privatization (an index computed as (i // cols, i % cols) would hide that, see the README). matmul and
+# transpose index 2-D arrays by (i // cols, i % cols); sum and max along axis 1 take one row per index.
 
 
 @pad.kernel
 def k_add(i, a, b, out):
-    r = i // out.shape[1]
-    c = i % out.shape[1]
-    out[r, c] = a[r, c] + b[r, c]
+    out[i] = a[i] + b[i]
 
 
 @pad.kernel
 def k_add_bcast(i, a, b, out):
-    """out = a + b[newaxis, :]: b (one value per column) broadcast along axis 0 (a bias add)."""
-    r = i // out.shape[1]
-    c = i % out.shape[1]
-    out[r, c] = a[r, c] + b[c]
+    """out = a + b[newaxis, :] on flat views of a and out: b (one value per column) broadcast along axis 0."""
+    out[i] = a[i] + b[i % b.shape[0]]
 
 
 @pad.kernel
 def k_copy(i, a, out):
-    r = i // out.shape[1]
-    c = i % out.shape[1]
-    out[r, c] = a[r, c]
+    out[i] = a[i]
 
 
 @pad.kernel
 def k_divide(i, a, b, out):
-    r = i // out.shape[1]
-    c = i % out.shape[1]
-    out[r, c] = a[r, c] / b[r, c]
+    out[i] = a[i] / b[i]
 
 
 @pad.kernel
 def k_exp(i, a, out):
-    r = i // out.shape[1]
-    c = i % out.shape[1]
-    out[r, c] = math.exp(a[r, c])
+    out[i] = math.exp(a[i])
 
 
 @pad.kernel
 def k_log(i, a, out):
-    r = i // out.shape[1]
-    c = i % out.shape[1]
-    out[r, c] = math.log(a[r, c])
+    out[i] = math.log(a[i])
 
 
 @pad.kernel
@@ -107,38 +98,28 @@ def k_max_rows(i, a, out):
 
 @pad.kernel
 def k_multiply(i, a, b, out):
-    r = i // out.shape[1]
-    c = i % out.shape[1]
-    out[r, c] = a[r, c] * b[r, c]
+    out[i] = a[i] * b[i]
 
 
 @pad.kernel
 def k_negate(i, a, out):
-    r = i // out.shape[1]
-    c = i % out.shape[1]
-    out[r, c] = -a[r, c]
+    out[i] = -a[i]
 
 
 @pad.kernel
 def k_power(i, p, a, out):
     """out = a ** p for a scalar exponent p (a > 0)."""
-    r = i // out.shape[1]
-    c = i % out.shape[1]
-    out[r, c] = a[r, c] ** p
+    out[i] = a[i] ** p
 
 
 @pad.kernel
 def k_relu(i, a, out):
-    r = i // out.shape[1]
-    c = i % out.shape[1]
-    out[r, c] = max(a[r, c], 0.0)
+    out[i] = max(a[i], 0.0)
 
 
 @pad.kernel
 def k_subtract(i, a, b, out):
-    r = i // out.shape[1]
-    c = i % out.shape[1]
-    out[r, c] = a[r, c] - b[r, c]
+    out[i] = a[i] - b[i]
 
 
 @pad.kernel
@@ -167,28 +148,33 @@ def k_sgd(i, lr, w, dw):
 POWER = 2.5
 
 
+def flat(x):
+    """The flat view of a contiguous array (inside autodiff, pad maps it to the view of its shadow)."""
+    return x.reshape(-1)
+
+
 def add(a, b, out):
-    pad.launch(k_add, out.size, a, b, out)
+    pad.launch(k_add, out.size, flat(a), flat(b), flat(out))
 
 
 def add_bcast(a, b, out):
-    pad.launch(k_add_bcast, out.size, a, b, out)
+    pad.launch(k_add_bcast, out.size, flat(a), b, flat(out))
 
 
 def copy(a, out):
-    pad.launch(k_copy, out.size, a, out)
+    pad.launch(k_copy, out.size, flat(a), flat(out))
 
 
 def divide(a, b, out):
-    pad.launch(k_divide, out.size, a, b, out)
+    pad.launch(k_divide, out.size, flat(a), flat(b), flat(out))
 
 
 def exp(a, out):
-    pad.launch(k_exp, out.size, a, out)
+    pad.launch(k_exp, out.size, flat(a), flat(out))
 
 
 def log(a, out):
-    pad.launch(k_log, out.size, a, out)
+    pad.launch(k_log, out.size, flat(a), flat(out))
 
 
 def matmul(a, b, out):
@@ -200,23 +186,23 @@ def max_rows(a, out):
 
 
 def multiply(a, b, out):
-    pad.launch(k_multiply, out.size, a, b, out)
+    pad.launch(k_multiply, out.size, flat(a), flat(b), flat(out))
 
 
 def negate(a, out):
-    pad.launch(k_negate, out.size, a, out)
+    pad.launch(k_negate, out.size, flat(a), flat(out))
 
 
 def power(a, out):
-    pad.launch(k_power, out.size, POWER, a, out)
+    pad.launch(k_power, out.size, POWER, flat(a), flat(out))
 
 
 def relu(a, out):
-    pad.launch(k_relu, out.size, a, out)
+    pad.launch(k_relu, out.size, flat(a), flat(out))
 
 
 def subtract(a, b, out):
-    pad.launch(k_subtract, out.size, a, b, out)
+    pad.launch(k_subtract, out.size, flat(a), flat(b), flat(out))
 
 
 def sum_rows(a, out):

@@ -59,10 +59,49 @@ def test_forward_values():
         np.testing.assert_allclose(out, expect[op.name], rtol=1e-12, err_msg=op.name)
 
 
-def test_mlp_gradient():
+def _mlp_case():
     x, y, params = mlp_problem(np, width=5, batch=4, nin=3, nout=2, dtype=np.float64)
-    for p in params[1::2]:  # nonzero biases so the check also covers them away from relu's kink
+    for p in params[1::2]:  # nonzero biases, so the check covers them too
         p[...] = 0.1
+    return x, y, params
+
+
+def _loss(x, y, params):
+    rowloss = np.zeros(x.shape[0])
+    mlp_loss(x, y, *params, rowloss)
+    return float(rowloss.sum())
+
+
+def test_mlp_reverse_gradient():
+    """autodiff of the MLP loss against central finite differences along random directions."""
+    x, y, params = _mlp_case()
+    grads = [np.zeros_like(p) for p in params]
+    pad.autodiff(
+        mlp_loss,
+        x,
+        y,
+        *[pad.Dup(p, g) for p, g in zip(params, grads, strict=True)],
+        pad.Dup(np.zeros(4), np.ones(4)),
+    )
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        d = [rng.uniform(-1, 1, p.shape) for p in params]
+        h = 1e-6
+        plus = _loss(x, y, [p + h * v for p, v in zip(params, d, strict=True)])
+        minus = _loss(x, y, [p - h * v for p, v in zip(params, d, strict=True)])
+        fd = (plus - minus) / (2 * h)
+        ad = sum(float((g * v).sum()) for g, v in zip(grads, d, strict=True))
+        assert abs(fd - ad) <= 1e-6 * max(1.0, abs(fd)), (fd, ad)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="pad bug: fwddiff loses the tangent of an intermediate first seen through a temporary view "
+    "(x.reshape(-1)); its shadow is registered under the view and forgotten when the view dies (pad/tape.py "
+    "Context._lookup_shadow). Reverse mode is right (test_mlp_reverse_gradient).",
+)
+def test_mlp_check_grad_forward_mode():
+    x, y, params = _mlp_case()
     pad.check_grad(
         mlp_loss, x, y, *[pad.Dup(p, np.zeros_like(p)) for p in params], pad.Dup(np.zeros(4), np.zeros(4))
     )
