@@ -503,6 +503,7 @@ def run(args: argparse.Namespace) -> int:
         "dtype": dtype.name,
         "sizes": sizes,
         "max_seconds": args.max_seconds,
+        "load_average_start": os.getloadavg()[0] if hasattr(os, "getloadavg") else None,
         "checks": {},
         "ops": {},
     }
@@ -522,6 +523,7 @@ def run(args: argparse.Namespace) -> int:
         report["ops"][op.name] = bench_op(op, xp, sizes, dtype, args.repeat, args.min_time, args.max_seconds)
     if widths and args.mlp_steps > 0:
         report["mlp"] = run_mlp(args, xp, dtype, widths)
+    report["load_average_end"] = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
     Path(args.json).parent.mkdir(parents=True, exist_ok=True)
     Path(args.json).write_text(json.dumps(report, indent=2))
     print(f"wrote {args.json}")
@@ -675,7 +677,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="64,128,256,512,1024,2048,4096")
     parser.add_argument("--ops", default="", help="comma-separated subset of ops (default: all 15)")
     parser.add_argument("--dtype", choices=["float32", "float64"], default="float32")
-    parser.add_argument("--repeat", type=int, default=5, help="at most this many timed calls per measurement")
+    parser.add_argument("--repeat", type=int, default=7, help="at most this many timed calls per measurement")
     parser.add_argument(
         "--min-time", type=float, default=0.3, help="stop repeating once this many seconds spent"
     )
