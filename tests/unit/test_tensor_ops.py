@@ -1,0 +1,112 @@
+"""The 15 tensor-op kernels of scripts/bench_tensor_ops.py and its MLP: pad's gradients against finite
+differences and the forward/reverse dot-product test, at small sizes."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import pad
+from scripts.bench_tensor_ops import OPS, check_op, mlp_loss, mlp_problem, train_mlp
+
+
+def test_fifteen_ops():
+    assert len({op.name for op in OPS}) == 15
+
+
+@pytest.mark.parametrize("op", OPS, ids=[op.name for op in OPS])
+def test_op_gradient(op):
+    errors = check_op(op, np, np.float64, n=5)
+    assert errors["fd"] < 1e-6 and errors["dot"] < 1e-6
+
+
+def test_op_gradient_non_square_matmul():
+    # the MLP multiplies rectangular matrices: (3 x 4) @ (4 x 2)
+    rng = np.random.default_rng(0)
+    a, b, out = rng.normal(size=(3, 4)), rng.normal(size=(4, 2)), np.zeros((3, 2))
+    op = next(o for o in OPS if o.name == "matmul")
+    pad.check_grad(op.program, *[pad.Dup(v, np.zeros_like(v)) for v in (a, b, out)])
+    op.program(a, b, out)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-12)
+
+
+def test_forward_values():
+    rng = np.random.default_rng(1)
+    a, b = rng.uniform(0.5, 1.5, (4, 4)), rng.uniform(0.5, 1.5, (4, 4))
+    expect = {
+        "add": a + b,
+        "broadcast_add": a + b[0],
+        "copy": a,
+        "divide": a / b,
+        "exp": np.exp(a),
+        "log": np.log(a),
+        "matmul": a @ b,
+        "max_axis": a.max(axis=1),
+        "multiply": a * b,
+        "negate": -a,
+        "power": a**2.5,
+        "relu": np.maximum(a - 1.0, 0.0),
+        "subtract": a - b,
+        "sum_axis": a.sum(axis=1),
+        "transpose": a.T,
+    }
+    for op in OPS:
+        inputs = [a - 1.0 if op.name == "relu" else a, b[0] if op.name == "broadcast_add" else b][
+            : len(op.inputs)
+        ]
+        out = np.zeros(expect[op.name].shape)
+        op.program(*inputs, out)
+        np.testing.assert_allclose(out, expect[op.name], rtol=1e-12, err_msg=op.name)
+
+
+def _mlp_case():
+    x, y, params = mlp_problem(np, width=5, batch=4, nin=3, nout=2, dtype=np.float64)
+    for p in params[1::2]:  # nonzero biases, so the check covers them too
+        p[...] = 0.1
+    return x, y, params
+
+
+def _loss(x, y, params):
+    rowloss = np.zeros(x.shape[0])
+    mlp_loss(x, y, *params, rowloss)
+    return float(rowloss.sum())
+
+
+def test_mlp_reverse_gradient():
+    """autodiff of the MLP loss against central finite differences along random directions."""
+    x, y, params = _mlp_case()
+    grads = [np.zeros_like(p) for p in params]
+    pad.autodiff(
+        mlp_loss,
+        x,
+        y,
+        *[pad.Dup(p, g) for p, g in zip(params, grads, strict=True)],
+        pad.Dup(np.zeros(4), np.ones(4)),
+    )
+    rng = np.random.default_rng(3)
+    for _ in range(3):
+        d = [rng.uniform(-1, 1, p.shape) for p in params]
+        h = 1e-6
+        plus = _loss(x, y, [p + h * v for p, v in zip(params, d, strict=True)])
+        minus = _loss(x, y, [p - h * v for p, v in zip(params, d, strict=True)])
+        fd = (plus - minus) / (2 * h)
+        ad = sum(float((g * v).sum()) for g, v in zip(grads, d, strict=True))
+        assert abs(fd - ad) <= 1e-6 * max(1.0, abs(fd)), (fd, ad)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="pad bug: fwddiff loses the tangent of an intermediate first seen through a temporary view "
+    "(x.reshape(-1)); its shadow is registered under the view and forgotten when the view dies (pad/tape.py "
+    "Context._lookup_shadow). Reverse mode is right (test_mlp_reverse_gradient).",
+)
+def test_mlp_check_grad_forward_mode():
+    x, y, params = _mlp_case()
+    pad.check_grad(
+        mlp_loss, x, y, *[pad.Dup(p, np.zeros_like(p)) for p in params], pad.Dup(np.zeros(4), np.zeros(4))
+    )
+
+
+def test_mlp_loss_falls():
+    row = train_mlp(np, width=16, steps=10, lr=0.02, batch=32, nin=8, nout=2, dtype=np.float64)
+    assert row["loss_last"] < 0.9 * row["loss_first"]
