@@ -50,7 +50,7 @@ from checkpoint_schedules import (
     multistage,
 )
 
-from pad import tape
+from pad import arrays, tape
 from pad.parallel import LaunchRecord
 from pad.tasks import _Guarded
 
@@ -212,7 +212,7 @@ def _span(a: Any, offset: int | None, n: int) -> tuple[int, int] | None:
     root = _root(a)
     if not isinstance(root, np.ndarray) or root.dtype != a.dtype or not root.flags.c_contiguous:
         return None
-    start, rem = divmod(tape._address(a) - tape._address(root), a.itemsize)
+    start, rem = divmod(arrays.address(a) - arrays.address(root), a.itemsize)
     if rem or start < 0 or start + a.shape[0] > root.size:
         return None
     return start + offset, start + offset + n
