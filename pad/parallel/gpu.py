@@ -34,6 +34,10 @@ stats: dict[str, Any] = {"tape_bytes": 0, "peak_tape_bytes": 0}
 _NO_OUTPUTS = np.zeros(0)
 
 
+class CudaCompileError(RuntimeError):
+    """numba's CUDA target rejected a generated kernel (a construct it does not support on the device)."""
+
+
 class TapeOverflow(RuntimeError):
     """The adjoint pushed more values than its tape holds (a bug in pad's depth bound)."""
 
@@ -157,7 +161,17 @@ def _launch(dispatcher: Any, blocks: int, call: list[Any]) -> None:
         return
     with warnings.catch_warnings():  # numba warns about small grids; a launch's size is the user's choice
         warnings.filterwarnings("ignore", message=".*Grid size")
-        dispatcher[blocks, BLOCK](*call)
+        try:
+            dispatcher[blocks, BLOCK](*call)
+        except Exception as e:
+            if not type(e).__module__.startswith("numba"):
+                raise
+            source = dispatcher.py_func.__code__.co_filename
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise CudaCompileError(
+                f"the CUDA target could not compile {dispatcher.py_func.__name__} (generated source: {source}; "
+                f"its header names the kernel's file): {first}"
+            ) from e
     if all(arrays.is_cupy(a) for a in call if hasattr(a, "shape")) and not _simulated():
         overload = dispatcher.overloads[tuple(dispatcher.typeof_pyval(a) for a in call)]
         try:

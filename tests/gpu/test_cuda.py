@@ -128,3 +128,19 @@ def test_repeated_launches_go_direct_and_agree():
     assert "direct_launch_error" not in gpu.stats
     np.testing.assert_array_equal(outs[1], outs[0])
     np.testing.assert_array_equal(outs[2], outs[0])
+
+
+@pad.func
+def allocating_helper(v):
+    tmp = np.zeros(3)
+    return v + tmp[0]
+
+
+@pad.kernel
+def calls_allocating_helper(i, x):
+    x[i] = allocating_helper(x[i])
+
+
+def test_helper_that_allocates_is_refused_with_its_line():
+    with pytest.raises(pad.KernelSyntaxError, match=r"test_cuda.py:\d+.*np.zeros"):
+        pad.launch(calls_allocating_helper, 4, device(np.ones(4)))
