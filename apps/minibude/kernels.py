@@ -4,21 +4,32 @@ Two launches make one evaluation:
 
 1. :func:`pair_coefficients` (one launch index per (ligand atom type, protein atom)) turns the forcefield into
    six coefficients of the pair energy. Every term of the reference's pair energy is piecewise linear in the
-   surface distance ``distbb = |lpos - ppos| - radij`` and vanishes continuously at its cut-off, so with
-   ``db = max(distbb, 0)`` the reference's ``0.5 * (steric + charge + desolvation)`` is exactly
+   surface distance ``distbb = d - radij`` (``d = |lpos - ppos|``) and vanishes continuously at its cut-off.
+   With ``db = max(distbb, 0)`` the reference's ``0.5 * (steric + charge + desolvation)`` is
 
    ``steric * min(distbb, 0) + chrg * min(db - elcdst, 0) + dslv * min(db - distdslv, 0)``
 
    with ``steric = -HARDNESS / radij``, ``chrg = -0.5 * CNSTNT * l.elsc * p.elsc * elcdst1`` (negated
    magnitude when either hbtype is 'E') and ``dslv = -0.5 * (p_hphb + l_hphb) / distdslv`` (zero when the
-   reference's desolvation term is off). Branch-free, it vectorizes and differentiates without stored state.
-2. :func:`fasten` (one launch index per block of ``ppwi`` consecutive poses) rotates and translates each
-   ligand atom by a pose and sums the pair energies over the protein atoms in the innermost loop, which
-   vectorizes over protein atoms (their coordinates and coefficients are stored contiguously for that). The
-   same kernel runs on GPUs with ``ppwi`` 1: one pose per thread, everything in registers.
+   reference's desolvation term is off). Since ``elcdst > 0`` and ``distdslv > 0`` wherever ``dslv != 0``,
+   ``min(db - c, 0) = min(distbb - c, 0) - min(distbb, 0)``, so the ``max`` goes and the cut-offs move into
+   the coefficients: the pair energy is
+
+   ``a * min(d - radij, 0) + chrg * min(d - (radij + elcdst), 0) + dslv * min(d - (radij + distdslv), 0)``
+
+   with ``a = steric - chrg - dslv``: three ``min``s, no branch, and an adjoint of three compares per pair.
+2. :func:`fasten` (one launch index per block of ``ppwi`` consecutive poses, one pose at a time; the GPU
+   kernel, with ``ppwi`` 1) and :func:`fasten_x4` (the CPU kernel: four poses at a time) rotate and translate
+   each ligand atom by a pose and sum the pair energies over the protein atoms in the innermost loop, which
+   vectorizes over protein atoms (their coordinates and coefficients are stored contiguously for that).
+   Four poses per pass load each protein atom once for four pair energies, keep four independent sums (the
+   one-pose loop waits on its single sum), and in the adjoint accumulate each protein atom's gradient
+   over the four poses before it is stored.
 
 Gradients come from ``pad.autodiff`` over the launches: with respect to protein coordinates and poses through
-:func:`fasten`, with respect to the forcefield through :func:`pair_coefficients` as well.
+the fasten kernels, with respect to the forcefield through :func:`pair_coefficients` as well. A gradient is the
+primal launch plus the adjoint launch; the adjoint recomputes each pair (distance, three compares, the slope
+times the direction) and on bm1 takes about 1.8x the primal launch, so a gradient costs about 2.8x the energies.
 """
 
 from __future__ import annotations
@@ -29,9 +40,10 @@ import numpy as np
 
 import pad
 
-__all__ = ["NCOEF", "fasten", "pair_coefficients", "rotation"]
+__all__ = ["NCOEF", "POSES_PER_PASS", "fasten", "fasten_x4", "pair_coefficients", "rotation"]
 
-NCOEF = 6  # per (ligand type, protein atom): radij, steric, chrg, elcdst, dslv, distdslv
+NCOEF = 6  # per (ligand type, protein atom): radij, a, chrg, radij + elcdst, dslv, radij + distdslv
+POSES_PER_PASS = 4  # fasten_x4: poses per pass over the protein
 
 # The reference's constants.
 HARDNESS = 38.0
@@ -94,44 +106,122 @@ def pair_coefficients(k, ff_hbtype, ff_params, protein_type, coef):
     dslv = 0.0
     if p_hphb != 0.0 and distdslv > 0.0:
         dslv = -0.5 * (p_term + l_term) / distdslv
+    charge = -0.5 * CNSTNT * elcdst1 * chrg
     coef[lt, 0, ip] = radij
-    coef[lt, 1, ip] = -HARDNESS / radij
-    coef[lt, 2, ip] = -0.5 * CNSTNT * elcdst1 * chrg
-    coef[lt, 3, ip] = elcdst
+    coef[lt, 1, ip] = -HARDNESS / radij - charge - dslv
+    coef[lt, 2, ip] = charge
+    coef[lt, 3, ip] = radij + elcdst
     coef[lt, 4, ip] = dslv
-    coef[lt, 5, ip] = distdslv
+    coef[lt, 5, ip] = radij + distdslv  # -FLT_MAX stays -FLT_MAX: min(d + FLT_MAX, 0) = 0, and dslv = 0
+
+
+@pad.func
+def pair_energy(lx, ly, lz, px, py, pz, k0, k1, k2, k3, k4, k5):
+    """The energy of a ligand atom at (lx, ly, lz) and a protein atom at (px, py, pz); ``k*``: coefficients.
+
+    Callers load the protein atom and its coefficients into locals once and pass them to every pose, so
+    that the adjoint sums the protein atom's gradient over those poses before storing it.
+    """
+    x = lx - px
+    y = ly - py
+    z = lz - pz
+    d = math.sqrt(x * x + y * y + z * z)
+    zero = np.float32(0.0)
+    return k1 * min(d - k0, zero) + k2 * min(d - k3, zero) + k4 * min(d - k5, zero)
+
+
+@pad.func
+def place(poses, ix, r00, r01, r02, r10, r11, r12, r20, r21, r22, ax, ay, az):
+    """The ligand atom at (ax, ay, az) rotated by the rows ``r..`` and translated by pose ``ix``."""
+    return (
+        poses[3, ix] + ax * r00 + ay * r01 + az * r02,
+        poses[4, ix] + ax * r10 + ay * r11 + az * r12,
+        poses[5, ix] + ax * r20 + ay * r21 + az * r22,
+    )
 
 
 @pad.kernel(fastmath=True)
 def fasten(g, ppwi, protein_xyz, ligand_xyz, ligand_type, coef, poses, energies):
-    """Energies of poses ``g*ppwi .. g*ppwi + ppwi - 1`` (fewer in the last block).
+    """Energies of poses ``g*ppwi .. g*ppwi + ppwi - 1`` (fewer in the last block), one pose at a time.
 
     ``protein_xyz`` is (3, natpro), ``coef`` (ntypes, NCOEF, natpro) from :func:`pair_coefficients`,
     ``poses`` (6, nposes).
     """
     start = g * ppwi
     stop = min(start + ppwi, poses.shape[1])
-    zero = np.float32(0.0)
     for ix in range(start, stop):
         r00, r01, r02, r10, r11, r12, r20, r21, r22 = rotation(poses[0, ix], poses[1, ix], poses[2, ix])
-        etot = zero
+        etot = np.float32(0.0)
         for il in range(ligand_xyz.shape[0]):
             lt = ligand_type[il]
             ax = ligand_xyz[il, 0]
             ay = ligand_xyz[il, 1]
             az = ligand_xyz[il, 2]
-            lpx = poses[3, ix] + ax * r00 + ay * r01 + az * r02
-            lpy = poses[4, ix] + ax * r10 + ay * r11 + az * r12
-            lpz = poses[5, ix] + ax * r20 + ay * r21 + az * r22
+            lx, ly, lz = place(poses, ix, r00, r01, r02, r10, r11, r12, r20, r21, r22, ax, ay, az)
             for ip in range(protein_xyz.shape[1]):
-                x = lpx - protein_xyz[0, ip]
-                y = lpy - protein_xyz[1, ip]
-                z = lpz - protein_xyz[2, ip]
-                distbb = math.sqrt(x * x + y * y + z * z) - coef[lt, 0, ip]
-                db = max(distbb, zero)
-                etot += (
-                    coef[lt, 1, ip] * min(distbb, zero)
-                    + coef[lt, 2, ip] * min(db - coef[lt, 3, ip], zero)
-                    + coef[lt, 4, ip] * min(db - coef[lt, 5, ip], zero)
-                )
+                px = protein_xyz[0, ip]
+                py = protein_xyz[1, ip]
+                pz = protein_xyz[2, ip]
+                k0 = coef[lt, 0, ip]
+                k1 = coef[lt, 1, ip]
+                k2 = coef[lt, 2, ip]
+                k3 = coef[lt, 3, ip]
+                k4 = coef[lt, 4, ip]
+                k5 = coef[lt, 5, ip]
+                etot += pair_energy(lx, ly, lz, px, py, pz, k0, k1, k2, k3, k4, k5)
         energies[ix] = etot
+
+
+@pad.kernel(fastmath=True)
+def fasten_x4(g, ppwi, protein_xyz, ligand_xyz, ligand_type, coef, poses, energies):
+    """:func:`fasten` taking the block's poses four at a time (POSES_PER_PASS): the CPU kernel.
+
+    A block whose length is not a multiple of four repeats its last pose in the spare slots and does not
+    store their energies (so nothing flows back through them); ``ppwi`` should be a multiple of four.
+    """
+    start = g * ppwi
+    stop = min(start + ppwi, poses.shape[1])
+    last = stop - 1
+    zero = np.float32(0.0)
+    for i0 in range(start, stop, 4):
+        i1 = min(i0 + 1, last)
+        i2 = min(i0 + 2, last)
+        i3 = min(i0 + 3, last)
+        a00, a01, a02, a10, a11, a12, a20, a21, a22 = rotation(poses[0, i0], poses[1, i0], poses[2, i0])
+        b00, b01, b02, b10, b11, b12, b20, b21, b22 = rotation(poses[0, i1], poses[1, i1], poses[2, i1])
+        c00, c01, c02, c10, c11, c12, c20, c21, c22 = rotation(poses[0, i2], poses[1, i2], poses[2, i2])
+        d00, d01, d02, d10, d11, d12, d20, d21, d22 = rotation(poses[0, i3], poses[1, i3], poses[2, i3])
+        e0 = zero
+        e1 = zero
+        e2 = zero
+        e3 = zero
+        for il in range(ligand_xyz.shape[0]):
+            lt = ligand_type[il]
+            ax = ligand_xyz[il, 0]
+            ay = ligand_xyz[il, 1]
+            az = ligand_xyz[il, 2]
+            x0, y0, z0 = place(poses, i0, a00, a01, a02, a10, a11, a12, a20, a21, a22, ax, ay, az)
+            x1, y1, z1 = place(poses, i1, b00, b01, b02, b10, b11, b12, b20, b21, b22, ax, ay, az)
+            x2, y2, z2 = place(poses, i2, c00, c01, c02, c10, c11, c12, c20, c21, c22, ax, ay, az)
+            x3, y3, z3 = place(poses, i3, d00, d01, d02, d10, d11, d12, d20, d21, d22, ax, ay, az)
+            for ip in range(protein_xyz.shape[1]):
+                px = protein_xyz[0, ip]
+                py = protein_xyz[1, ip]
+                pz = protein_xyz[2, ip]
+                k0 = coef[lt, 0, ip]
+                k1 = coef[lt, 1, ip]
+                k2 = coef[lt, 2, ip]
+                k3 = coef[lt, 3, ip]
+                k4 = coef[lt, 4, ip]
+                k5 = coef[lt, 5, ip]
+                e0 += pair_energy(x0, y0, z0, px, py, pz, k0, k1, k2, k3, k4, k5)
+                e1 += pair_energy(x1, y1, z1, px, py, pz, k0, k1, k2, k3, k4, k5)
+                e2 += pair_energy(x2, y2, z2, px, py, pz, k0, k1, k2, k3, k4, k5)
+                e3 += pair_energy(x3, y3, z3, px, py, pz, k0, k1, k2, k3, k4, k5)
+        energies[i0] = e0
+        if i0 + 1 <= last:
+            energies[i1] = e1
+        if i0 + 2 <= last:
+            energies[i2] = e2
+        if i0 + 3 <= last:
+            energies[i3] = e3

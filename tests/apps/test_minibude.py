@@ -15,7 +15,7 @@ import pad
 from apps.minibude.__main__ import main
 from apps.minibude.deck import InputError, read_deck, synthetic_deck, write_deck
 from apps.minibude.driver import Docking, verify
-from apps.minibude.kernels import NCOEF, fasten, pair_coefficients
+from apps.minibude.kernels import NCOEF, fasten, fasten_x4, pair_coefficients
 from tests.apps.minibude_support import real_deck, reference_energies, small_deck, smoothed
 
 REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
@@ -88,6 +88,18 @@ def test_energies_match_reference_formula(ppwi):
     np.testing.assert_allclose(e, reference_energies(deck), rtol=2e-5, atol=2e-3)
 
 
+@pytest.mark.parametrize("ppwi", [1, 5, 8])
+def test_one_and_four_poses_per_pass_agree(ppwi):
+    deck = small_deck(nposes=11)
+    dock = Docking(deck, ppwi=ppwi)
+    args = (dock.protein_xyz, dock.ligand_xyz, dock.ligand_type, dock.coef, dock.poses)
+    blocks = (deck.nposes + ppwi - 1) // ppwi
+    one, four = np.zeros(deck.nposes, np.float32), np.zeros(deck.nposes, np.float32)
+    pad.launch(fasten, blocks, ppwi, *args, one)
+    pad.launch(fasten_x4, blocks, ppwi, *args, four)
+    np.testing.assert_allclose(four, one, rtol=1e-6, atol=1e-4)
+
+
 def test_bm1_first_1024_poses_match_reference():
     deck = real_deck("bm1").first(1024)
     valid, worst = verify(Docking(deck, ppwi=32).score(), deck.ref_energies)
@@ -134,7 +146,7 @@ def shifted(k, base, scale, offset, out):
 OFFSET_SCALE = {"protein": 1.0, "poses": 0.1, "forcefield": 0.1}
 
 
-def _objective(deck, wrt, ppwi=4):
+def _objective(deck, wrt, kernel=fasten, ppwi=4):
     """The energies as a function of an offset added to the protein, the poses or the forcefield.
 
     pad.check_grad steps by cbrt(eps) times the inputs' magnitude; differentiating with respect to an offset
@@ -159,16 +171,19 @@ def _objective(deck, wrt, ppwi=4):
         pad.launch(
             pair_coefficients, deck.ntypes * deck.natpro, deck.ff_hbtype, ff_params, deck.protein_type, coef
         )
-        pad.launch(fasten, nblocks, ppwi, protein, deck.ligand_xyz, deck.ligand_type, coef, poses, energies)
+        pad.launch(kernel, nblocks, ppwi, protein, deck.ligand_xyz, deck.ligand_type, coef, poses, energies)
 
     return energies_of, np.zeros_like(base)
 
 
 @pytest.mark.parametrize("wrt", ["protein", "poses", "forcefield"])
 @pytest.mark.parametrize("which", ["synthetic", "bm1"])
-def test_gradients_pass_check_grad(wrt, which):
+@pytest.mark.parametrize("kernel", ["fasten", "fasten_x4"])
+def test_gradients_pass_check_grad(wrt, which, kernel):
+    """Both kernels; fasten_x4 with ppwi 6 also has passes with spare (repeated, unstored) pose slots."""
     deck = small_deck(nposes=12, smooth=True) if which == "synthetic" else smoothed(real_deck("bm1").first(8))
-    f, offset = _objective(deck, wrt)
+    k, ppwi = (fasten, 4) if kernel == "fasten" else (fasten_x4, 6)
+    f, offset = _objective(deck, wrt, k, ppwi)
     energies = np.zeros(deck.nposes, np.float32)
     pad.check_grad(
         f,
