@@ -241,38 +241,24 @@ def _arrays_touched(s: Stmt) -> set[str]:
 def varying(body: list[Stmt], launch_index: str, written: set[str]) -> set[str]:
     """Variables whose values may differ between the threads of one launch (the rest are uniform).
 
-    A value varies if it depends on the launch index, on a popped value, on an element of an array the
-    kernel writes (``written``), or is set under control flow that varies. GPU code uses this to pick
-    warp-aggregated atomics for accumulations at uniform indices.
+    A value varies if it depends on the launch index, on a popped value, or on an element of an array the
+    kernel writes (``written``); a loop variable varies if the loop's bounds do. Dependence through control
+    flow is ignored on purpose: GPU code uses this to *try* warp-aggregated atomics for accumulations at
+    uniform indices, and checks at run time that the warp agrees on the index.
     """
     var = {launch_index}
 
     def varies(e: Expr) -> bool:
         return any(n in var for n in names_in(e)) or any(a in written for a in arrays_in(e))
 
-    def visit(stmts: list[Stmt], divergent: bool) -> None:
-        for s in stmts:
-            if isinstance(s, Pop) or (isinstance(s, Assign) and (divergent or varies(s.value))):
-                var.add(s.target)
-            elif isinstance(s, If):
-                inner = divergent or varies(s.cond)
-                visit(s.body, inner)
-                visit(s.orelse, inner)
-            elif isinstance(s, For):
-                inner = divergent or any(varies(e) for e in (s.start, s.stop, s.step))
-                if inner:
-                    var.add(s.var)
-                visit(s.body, inner)
-            elif isinstance(s, While):
-                visit(s.test, divergent)
-                inner = divergent or varies(s.cond)
-                visit(s.test, inner)
-                visit(s.body, inner)
-
     size = -1
     while size != len(var):
         size = len(var)
-        visit(body, False)
+        for s in walk(body):
+            if isinstance(s, Pop) or (isinstance(s, Assign) and varies(s.value)):
+                var.add(s.target)
+            elif isinstance(s, For) and any(varies(e) for e in (s.start, s.stop, s.step)):
+                var.add(s.var)
     return var
 
 

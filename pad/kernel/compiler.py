@@ -160,7 +160,9 @@ def build(
         )
     else:
         written = stored_names & set(params)
-        body = _converge(body, varying(body, launch_index, written), low.namer, types, low.kinds)
+        uniform_adds = varying(body, launch_index, written)
+        body = _converge(body, uniform_adds, low.namer, types, low.kinds)
+        body = _sink(body, uniform_adds, low.namer, types, low.kinds)
         variant.source = CUDA_MODULE_HEADER.format(origin=origin) + cuda_kernel_source(
             launcher,
             launch_index,
@@ -293,6 +295,33 @@ def _converge(
         else:
             out.append(map_blocks(s, lambda b: _converge(b, var, namer, types, kinds)))
     return out
+
+
+def _sink(
+    stmts: list[Stmt], var: set[str], namer: Any, types: dict[str, str], kinds: dict[str, Kind]
+) -> list[Stmt]:
+    """Move accumulations at uniform indices to the end of their block (through a temporary), so adjacent
+    ones share one warp aggregation (``CudaPrinter.aggregated``). Accumulations commute; a store moves only
+    if its index variables keep their values to the end of the block."""
+    out: list[Stmt] = []
+    moved: list[Store] = []
+    for k, s in enumerate(stmts):
+        s = map_blocks(s, lambda b: _sink(b, var, namer, types, kinds))
+        names = {n for e in s.index for n in names_in(e)} if isinstance(s, Store) else set()
+        if (
+            isinstance(s, Store)
+            and s.accumulate
+            and s.array.startswith("_pv")
+            and not (names & var)
+            and not (names & assigned(stmts[k + 1 :]))
+        ):
+            t = namer.fresh("add")
+            types[t] = _element_type(kinds[base_name(s.array)])
+            out.append(Assign(t, s.value, line=s.line))
+            moved.append(Store(s.array, s.index, Name(t), True, line=s.line))
+        else:
+            out.append(s)
+    return out + moved
 
 
 def _no_launcher(*args: Any) -> None:

@@ -1,11 +1,11 @@
-"""Device helpers that generated CUDA kernels call: accumulation into shared elements without serializing,
-and the few scalar operations numba's CUDA target lacks (NumPy's float floor and ceil).
+"""Device helpers that generated CUDA kernels call: warp sums for accumulations into shared elements, and
+the few scalar operations numba's CUDA target lacks (NumPy's float floor and ceil).
 
-``add_uniform*`` is ``arr[index] += value`` for an index that is probably the same on every lane of a warp
-(an adjoint accumulating into a parameter every thread reads). When the whole warp is converged there and
-the index really is uniform (checked at run time), the warp sums its 32 values with shuffles and one lane
-makes the atomic add: 32x fewer atomics on one address. Otherwise every lane adds atomically, so the result
-is the same either way. numba's CUDA simulator has no warp shuffles: there every lane adds atomically.
+For ``arr[j] += value`` with ``j`` probably the same on every lane of a warp (an adjoint accumulating into
+a parameter every thread reads), generated code asks ``uniform(j)``: when the whole warp is converged there
+with one ``j`` (checked at run time), it sums the lanes' values with ``warp_sum`` and one lane adds
+atomically, 32x fewer atomics on one address; otherwise every lane adds atomically. numba's CUDA simulator
+has no warp shuffles (``WARP_SHUFFLES`` is False there): every lane adds atomically.
 """
 
 from __future__ import annotations
@@ -39,36 +39,6 @@ def uniform(j):  # type: ignore[no-untyped-def]
     if cuda.activemask() != FULL:
         return False
     return cuda.all_sync(FULL, j == cuda.shfl_sync(FULL, j, 0))
-
-
-@cuda.jit(device=True)
-def add_uniform1(arr, j, value):  # type: ignore[no-untyped-def]
-    if WARP_SHUFFLES and uniform(j):
-        total = warp_sum(value)
-        if cuda.laneid == 0:
-            cuda.atomic.add(arr, j, total)
-    else:
-        cuda.atomic.add(arr, j, value)
-
-
-@cuda.jit(device=True)
-def add_uniform2(arr, j, k, value):  # type: ignore[no-untyped-def]
-    if WARP_SHUFFLES and uniform(j * arr.shape[1] + k):
-        total = warp_sum(value)
-        if cuda.laneid == 0:
-            cuda.atomic.add(arr, (j, k), total)
-    else:
-        cuda.atomic.add(arr, (j, k), value)
-
-
-@cuda.jit(device=True)
-def add_uniform3(arr, j, k, m, value):  # type: ignore[no-untyped-def]
-    if WARP_SHUFFLES and uniform((j * arr.shape[1] + k) * arr.shape[2] + m):
-        total = warp_sum(value)
-        if cuda.laneid == 0:
-            cuda.atomic.add(arr, (j, k, m), total)
-    else:
-        cuda.atomic.add(arr, (j, k, m), value)
 
 
 @cuda.jit(device=True)

@@ -223,7 +223,7 @@ class CudaPrinter(Printer):
     """Prints statements for a CUDA thread: one launch index per thread, atomics where indices are shared.
 
     An accumulation into a private buffer (``_pv<x>[j] += v``; on CPU, the thread's own copy) becomes an
-    atomic add to ``x`` itself, warp-aggregated (``add_uniform*``) when ``j`` is uniform across threads.
+    atomic add to ``x`` itself, warp-aggregated when ``j`` is uniform across threads.
     The reverse sweep's stack is a column of the launch's preallocated ``_tape`` (slot-major, so
     neighbouring threads touch neighbouring words), with ``_tape.shape[0]`` slots per thread.
     """
@@ -235,16 +235,55 @@ class CudaPrinter(Printer):
     def template(self, op: str) -> str:
         return RULES[op].cuda or RULES[op].template
 
+    groups: int = 0
+
+    def emit(self, stmts: list[Stmt], indent: int) -> None:
+        """As ``Printer.emit``; adjacent accumulations at uniform indices share one warp aggregation."""
+        run: list[Store] = []
+        for s in [*stmts, None]:
+            key = self.uniform_names(s)
+            if run and key != self.uniform_names(run[0]):
+                self.lines += ["    " * indent + line for line in self.aggregated(run)]
+                run = []
+            if key is not None:
+                run.append(s)  # type: ignore[arg-type]
+            elif s is not None:
+                super().emit([s], indent)
+
+    def uniform_names(self, s: Stmt | None) -> tuple[str, ...] | None:
+        """For ``_pv<x>[j] += v`` with ``j`` uniform across threads: the variables in ``j`` (else None)."""
+        if not (isinstance(s, Store) and s.accumulate and s.array.startswith("_pv")):
+            return None
+        names = tuple(sorted({n for x in s.index for n in names_in(x)}))
+        return None if any(n in self.varying for n in names) else names
+
+    def aggregated(self, run: list[Store]) -> list[str]:
+        """Where the whole warp is here with the same index, it sums each value with shuffles and one lane
+        adds atomically (32x fewer atomics on one address); elsewhere every lane adds atomically."""
+        self.groups += 1
+        names = self.uniform_names(run[0]) or ("0",)
+        check = " and ".join(f"uniform({n})" for n in names)
+        sums = [f"_w{self.groups}_{k}" for k in range(len(run))]
+        lines = [f"if WARP_SHUFFLES and {check}:"]
+        lines += [
+            f"    {w} = warp_sum({self.expr(s.value, self.type_of(s.array))})"
+            for w, s in zip(sums, run, strict=True)
+        ]
+        lines.append("    if cuda.laneid == 0:")
+        lines += [f"        {self.atomic_add(s, w)}" for w, s in zip(sums, run, strict=True)]
+        lines.append("else:")
+        lines += [f"    {self.atomic_add(s, self.expr(s.value, self.type_of(s.array)))}" for s in run]
+        return lines
+
+    def atomic_add(self, s: Store, value: str) -> str:
+        index = self.index(s) if len(s.index) == 1 else f"({self.index(s)})"
+        return f"cuda.atomic.add({s.array.removeprefix('_pv')}, {index}, {value})"
+
     def store(self, s: Store) -> list[str]:
         if not s.accumulate or s.array.removeprefix("_pv") not in self.atomic:
             return super().store(s)
         # Also ``x[i] += v`` at the thread's own index: another thread may be adding to x[i] atomically.
-        array, value = s.array.removeprefix("_pv"), self.expr(s.value, self.type_of(s.array))
-        uniform = not any(n in self.varying for x in s.index for n in names_in(x))
-        if uniform and s.array.startswith("_pv") and len(s.index) <= 3:
-            return [f"add_uniform{len(s.index)}({array}, {self.index(s)}, {value})"]
-        index = self.index(s) if len(s.index) == 1 else f"({self.index(s)})"
-        return [f"cuda.atomic.add({array}, {index}, {value})"]
+        return [self.atomic_add(s, self.expr(s.value, self.type_of(s.array)))]
 
     def loop_header(self, s: For) -> list[str]:
         """Iterations whose order does not matter (``UNORDERED`` loop variables) start at a different
@@ -353,7 +392,7 @@ import math
 
 import numpy as np
 
-from pad.kernel.cuda_runtime import _ceil, _floor, _tripcount, add_uniform1, add_uniform2, add_uniform3  # first: numpy shim
+from pad.kernel.cuda_runtime import WARP_SHUFFLES, _ceil, _floor, _tripcount, uniform, warp_sum  # first: numpy shim
 from numba import cuda
 
 """
