@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--deck", metavar="DIR", help="deck directory (default: built-in synthetic deck)")
     p.add_argument("--poses", type=_positive, metavar="N", help="use the first N poses of the deck")
     p.add_argument("--iterations", type=_positive, default=8, help="timed iterations (default 8)")
-    p.add_argument("--ppwi", type=_positive, help="poses per work item (default 64 on cpu, 1 on gpu)")
+    p.add_argument("--ppwi", type=_positive, help="poses per work item (default 64 on cpu, 4 on gpu)")
     p.add_argument("--threads", type=_positive, help="CPU threads per rank (default: all cores)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--mode", choices=("primal", "grad"), default="primal")
@@ -141,7 +141,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     comm = _comm()
     deck = _load(args)
     threads = _set_threads(args.threads, comm) if args.device == "cpu" else 1
-    ppwi = args.ppwi or (64 if args.device == "cpu" else 1)
+    ppwi = args.ppwi or (64 if args.device == "cpu" else 4)
     dock = Docking(deck, ppwi=ppwi, device=args.device, comm=comm)
     root = dock.rank == 0
     steps = args.iterations * (2 if args.mode == "grad" else 1)

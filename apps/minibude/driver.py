@@ -81,8 +81,10 @@ class Docking:
     def _fasten(self, protein_xyz: Any, ligand_xyz: Any, coef: Any, poses: Any, energies: Any) -> None:
         blocks = (poses.shape[1] + self.ppwi - 1) // self.ppwi
         args = (protein_xyz, ligand_xyz, self.ligand_type, coef, poses, energies)
-        # CPUs: four poses per pass over the protein; GPUs: one pose per thread, in registers.
-        pad.launch(fasten_x4 if self.device == "cpu" else fasten, blocks, self.ppwi, *args)
+        # Four poses per pass over the protein where a work item has four or more (the defaults: 64 on CPUs,
+        # 4 on GPUs, one work item per CUDA thread);
+        # one pose at a time otherwise.
+        pad.launch(fasten_x4 if self.ppwi >= 4 else fasten, blocks, self.ppwi, *args)
 
     def score(self) -> Any:
         """This rank's pose energies (on the device)."""

@@ -174,7 +174,7 @@ def fasten(g, ppwi, protein_xyz, ligand_xyz, ligand_type, coef, poses, energies)
 
 @pad.kernel(fastmath=True)
 def fasten_x4(g, ppwi, protein_xyz, ligand_xyz, ligand_type, coef, poses, energies):
-    """:func:`fasten` taking the block's poses four at a time (POSES_PER_PASS): the CPU kernel.
+    """:func:`fasten` taking the block's poses four at a time (POSES_PER_PASS): the default on CPUs and GPUs.
 
     A block whose length is not a multiple of four repeats its last pose in the spare slots and does not
     store their energies (so nothing flows back through them); ``ppwi`` should be a multiple of four.
