@@ -28,6 +28,7 @@ from pad.kernel.ir import (
     Stmt,
     Store,
     While,
+    exprs_of,
     names_in,
     walk,
 )
@@ -231,6 +232,8 @@ class CudaPrinter(Printer):
     varying: set[str] = field(default_factory=set)
     ranks: dict[str, int] = field(default_factory=dict)  # local arrays' ranks (for Fill)
     atomic: set[str] = field(default_factory=set)  # arrays some thread accumulates into at a shared index
+    tiles: dict[str, int] = field(default_factory=dict)  # arrays staged in shared memory -> halo width
+    offsets: dict[str, int] = field(default_factory=dict)  # names holding launch index + constant
 
     def template(self, op: str) -> str:
         return RULES[op].cuda or RULES[op].template
@@ -280,7 +283,14 @@ class CudaPrinter(Printer):
         return f"cuda.atomic.add({s.array.removeprefix('_pv')}, {index}, {value})"
 
     def store(self, s: Store) -> list[str]:
-        if not s.accumulate or s.array.removeprefix("_pv") not in self.atomic:
+        array = s.array.removeprefix("_pv")
+        if array in self.tiles:
+            (index,) = s.index
+            assert isinstance(index, Name)
+            offset = self.offsets[index.id] + self.tiles[array]
+            value = self.expr(s.value, self.type_of(s.array))
+            return [f"cuda.atomic.add(_tile{array}, cuda.threadIdx.x + {offset}, {value})"]
+        if not s.accumulate or array not in self.atomic:
             return super().store(s)
         # Also ``x[i] += v`` at the thread's own index: another thread may be adding to x[i] atomically.
         return [self.atomic_add(s, self.expr(s.value, self.type_of(s.array)))]
@@ -341,7 +351,9 @@ def cuda_kernel_source(
     """
     ranks = {local.target: len(local.shape) for local in launcher.locals}
     atomic = {s.array[len("_pv") :] for s in walk(body) if isinstance(s, Store) and s.array.startswith("_pv")}
-    p = CudaPrinter(types, kinds, varying=varying, ranks=ranks, atomic=atomic)
+    offsets = _launch_offsets(body, launch_index)
+    tiles = _tiled(body, atomic, offsets, kinds)
+    p = CudaPrinter(types, kinds, varying=varying, ranks=ranks, atomic=atomic, tiles=tiles, offsets=offsets)
     uses_tape = any(isinstance(s, (Push, Pop)) for s in walk(body))
     args = ", ".join(
         ["_n", *launcher.params, *launcher.extras, *(["_tape", "_overflow"] if uses_tape else [])]
@@ -350,6 +362,16 @@ def cuda_kernel_source(
     p.lines.append("    _tid = cuda.grid(1)")
     for acc in launcher.accumulators:
         p.lines.append(f"    _acc{acc} = 0.0")
+    for array, halo in tiles.items():
+        kind = kinds[base_name(array)]
+        assert isinstance(kind, ArrayKind)
+        p.lines += [
+            f"    _tile{array} = cuda.shared.array({BLOCK + 2 * halo}, np.{kind.dtype.name})",
+            f"    for _q in range(cuda.threadIdx.x, {BLOCK + 2 * halo}, {BLOCK}):",
+            f"        _tile{array}[_q] = 0",
+        ]
+    if tiles:
+        p.lines.append("    cuda.syncthreads()")
     p.lines.append("    if _tid < _n:")
     p.lines.append(f"        {launch_index} = _tid")
     for local in launcher.locals:
@@ -362,6 +384,19 @@ def cuda_kernel_source(
     p.emit(body, 2)
     for acc in launcher.accumulators:
         p.lines.append(f"        _acc{acc} += {acc}")
+    if tiles:
+        p.lines.append("    cuda.syncthreads()")
+    for array, halo in tiles.items():
+        # Tile slots [2*halo, BLOCK) are this block's alone: plain adds. The rest overlap neighbour blocks.
+        p.lines += [
+            f"    for _q in range(cuda.threadIdx.x, {BLOCK + 2 * halo}, {BLOCK}):",
+            f"        _g = cuda.blockIdx.x * {BLOCK} - {halo} + _q",
+            f"        if _g >= 0 and _g < {array}.shape[0] and _tile{array}[_q] != 0:",
+            f"            if _q >= {2 * halo} and _q < {BLOCK}:",
+            f"                {array}[_g] += _tile{array}[_q]",
+            "            else:",
+            f"                cuda.atomic.add({array}, _g, _tile{array}[_q])",
+        ]
     if launcher.accumulators:
         p.lines += [
             f"    _sum = cuda.shared.array(({len(launcher.accumulators)}, {BLOCK}), np.float64)",
@@ -384,6 +419,62 @@ def cuda_kernel_source(
             for slot in range(len(launcher.accumulators))
         ]
     return "\n".join(p.lines) + "\n"
+
+
+def _launch_offsets(body: list[Stmt], launch_index: str) -> dict[str, int]:
+    """Names assigned exactly once, to the launch index plus an integer constant (and the index itself)."""
+    counts: dict[str, int] = {}
+    for s in walk(body):
+        if isinstance(s, (Assign, Pop)):
+            counts[s.target] = counts.get(s.target, 0) + 1
+        elif isinstance(s, For):
+            counts[s.var] = counts.get(s.var, 0) + 2
+    offsets = {launch_index: 0}
+    for s in walk(body):
+        if not (isinstance(s, Assign) and counts[s.target] == 1 and isinstance(s.value, Call)):
+            continue
+        op, args = s.value.op, s.value.args
+        if op in ("add", "sub") and len(args) == 2:
+            a, b = args
+            if op == "add" and isinstance(a, Lit):
+                a, b = b, a
+            if a == Name(launch_index) and isinstance(b, Lit) and type(b.value) is int:
+                offsets[s.target] = b.value if op == "add" else -b.value
+    return offsets
+
+
+def _tiled(
+    body: list[Stmt], atomic: set[str], offsets: dict[str, int], kinds: dict[str, Kind]
+) -> dict[str, int]:
+    """Arrays whose every update is ``x[i + c] += v`` (constant ``c``) and that the kernel never reads.
+
+    A block of threads then accumulates them in a shared-memory tile (cheap shared atomics) and adds the
+    tile to global memory once: plain adds where only this block writes, atomics on the halo it shares
+    with its neighbours. The adjoint of a stencil is the typical case (``dx[i-1] += ...; dx[i+1] += ...``).
+    """
+    halo: dict[str, int] = {}
+    for s in walk(body):
+        if isinstance(s, Store) and s.array.removeprefix("_pv") in atomic:
+            array = s.array.removeprefix("_pv")
+            index = s.index[0] if len(s.index) == 1 else None
+            if not s.accumulate or not isinstance(index, Name) or index.id not in offsets:
+                halo[array] = -1
+            elif halo.get(array, 0) >= 0:
+                halo[array] = max(halo.get(array, 0), abs(offsets[index.id]))
+    read = {e.array.removeprefix("_pv") for s in walk(body) for x in exprs_of(s) for e in _elems(x)}
+    return {
+        a: h
+        for a, h in halo.items()
+        if 0 <= h <= 16 and a not in read and isinstance(kinds.get(base_name(a)), ArrayKind)
+    }
+
+
+def _elems(e: Expr) -> list[Elem]:
+    if isinstance(e, Elem):
+        return [e, *(x for i in e.index for x in _elems(i))]
+    if isinstance(e, Call):
+        return [x for a in e.args for x in _elems(a)]
+    return []
 
 
 CUDA_MODULE_HEADER = """\
