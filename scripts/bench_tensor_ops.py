@@ -12,6 +12,7 @@ the adjoint launch pad derived), with the output's shadow seeded with random val
     python scripts/bench_tensor_ops.py --target cpuN      # all threads
     python scripts/bench_tensor_ops.py --target gpu       # CuPy arrays, CUDA kernels
     python scripts/bench_tensor_ops.py --plot             # PNG plots from the JSON files in results/
+    python scripts/bench_tensor_ops.py --plot --results results/h100   # ... read from and written to results/h100
 
 The script is generic over the array module ``xp`` (numpy or cupy): the kernels and the pad calls are the
 same on every target. Times are the best of several calls after a warm-up at a small size (compilation
@@ -579,10 +580,18 @@ def plot(results: Path) -> None:
     if "cpu1" not in data:
         raise SystemExit(f"--plot needs {results}/tensor_ops_cpu1.json (the baseline)")
     base = data["cpu1"]
-    labels = {
-        t: f"{t} ({d['threads']} threads)" if t != "gpu" else f"gpu ({d['machine'].get('gpu', '?')})"
-        for t, d in data.items()
-    }
+    colors = {"cpu1": "black", "cpuN": "tab:blue", "gpu": "tab:green"}  # one colour per target, every plot
+
+    def label(t: str, d: dict) -> str:
+        what = f"{d['threads']} thread{'s' if d['threads'] != 1 else ''}"
+        if t == "gpu":
+            what = d["machine"].get("gpu", "?")
+        load = (d.get("load_average_start"), d.get("load_average_end"))
+        if None not in load:  # a load far above the threads used means the timings shared the cores
+            what += f", load {load[0]:.1f}->{load[1]:.1f}"
+        return f"{t} ({what})"
+
+    labels = {t: label(t, d) for t, d in data.items()}
 
     def times(d: dict, op: str, key: str) -> dict[int, float]:
         return {r["n"]: r[key] for r in d["ops"].get(op, []) if key in r}
@@ -599,7 +608,9 @@ def plot(results: Path) -> None:
                 b, o = times(base, op, key), times(data[t], op, key)
                 ns = sorted(set(b) & set(o))
                 if ns:
-                    ax.plot(ns, [b[n] / o[n] for n in ns], style, ms=3, label=f"{t} {key[:3]}")
+                    ax.plot(
+                        ns, [b[n] / o[n] for n in ns], style, ms=3, color=colors[t], label=f"{t} {key[:3]}"
+                    )
         ax.axhline(1.0, color="grey", lw=0.5)
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
@@ -610,7 +621,7 @@ def plot(results: Path) -> None:
     axes.flat[0].set_ylabel("speedup over 1 CPU thread")
     axes.flat[0].legend(fontsize=7)
     fig.suptitle(
-        "pad tensor ops: speedup over 1 CPU thread, forward (solid) and pad-derived backward (dashed); "
+        "pad tensor ops: speedup over 1 CPU thread, forward (solid) and pad-derived backward (dashed)\n"
         + ", ".join(labels[t] for t in data)
     )
     fig.tight_layout()
@@ -622,7 +633,7 @@ def plot(results: Path) -> None:
         for t, d in data.items():
             r = times(d, op, "ratio")
             ns = sorted(r)
-            ax.plot(ns, [r[n] for n in ns], "-o", ms=3, label=t)
+            ax.plot(ns, [r[n] for n in ns], "-o", ms=3, color=colors[t], label=t)
         ax.set_xscale("log", base=2)
         ax.set_title(op)
         ax.set_xlabel("n (n x n)")
@@ -631,7 +642,10 @@ def plot(results: Path) -> None:
         ax.axis("off")
     axes.flat[0].set_ylabel("backward / forward time")
     axes.flat[0].legend(fontsize=7)
-    fig.suptitle("pad tensor ops: time of autodiff (forward + derived adjoint) / time of the forward launch")
+    fig.suptitle(
+        "pad tensor ops: time of autodiff (forward + derived adjoint) / time of the forward launch\n"
+        + ", ".join(labels[t] for t in data)
+    )
     fig.tight_layout()
     fig.savefig(results / "tensor_ops_ratio.png", dpi=90)
     plt.close(fig)
@@ -641,16 +655,17 @@ def plot(results: Path) -> None:
     for t, d in data.items():
         m = {r["width"]: r["step_s"] for r in d.get("mlp", {}).get("widths", []) if "step_s" in r}
         ws = sorted(m)
-        a1.plot(ws, [m[w] * 1e3 for w in ws], "-o", label=labels[t])
+        a1.plot(ws, [m[w] * 1e3 for w in ws], "-o", color=colors[t], label=labels[t])
         common = sorted(set(m) & set(base_mlp))
         if t != "cpu1" and common:
-            a2.plot(common, [base_mlp[w] / m[w] for w in common], "-o", label=labels[t])
+            a2.plot(common, [base_mlp[w] / m[w] for w in common], "-o", color=colors[t], label=labels[t])
     a1.set_xscale("log", base=2)
     a1.set_yscale("log")
     a1.set_xlabel("hidden width")
     a1.set_ylabel("ms per SGD step (forward + backward + update)")
     a1.legend(fontsize=8)
     a2.set_xscale("log", base=2)
+    a2.set_yscale("log")
     a2.set_xlabel("hidden width")
     a2.set_ylabel("speedup over 1 CPU thread")
     a2.axhline(1.0, color="grey", lw=0.5)

@@ -110,3 +110,32 @@ def test_mlp_check_grad_forward_mode():
 def test_mlp_loss_falls():
     row = train_mlp(np, width=16, steps=10, lr=0.02, batch=32, nin=8, nout=2, dtype=np.float64)
     assert row["loss_last"] < 0.9 * row["loss_first"]
+
+
+def test_plot_from_a_results_folder(tmp_path):
+    # --plot --results DIR reads DIR/tensor_ops_<target>.json and writes the three PNGs there;
+    # skipped sizes and a missing target are drawn around
+    pytest.importorskip("matplotlib")
+    import json
+
+    from scripts.bench_tensor_ops import main
+
+    def report(target, threads, scale):
+        rows = [{"n": n, "fwd_s": scale * n, "bwd_s": 3 * scale * n, "ratio": 3.0} for n in (64, 128)]
+        rows.append({"n": 256, "skipped": "estimated"})
+        mlp = [{"width": 64, "step_s": scale}, {"width": 128, "skipped": "estimated"}]
+        return {
+            "target": target,
+            "threads": threads,
+            "machine": {"cores": threads},
+            "load_average_start": 0.1,
+            "load_average_end": 1.0,
+            "ops": {op.name: rows for op in OPS},
+            "mlp": {"batch": 4, "nin": 2, "nout": 1, "widths": mlp},
+        }
+
+    (tmp_path / "tensor_ops_cpu1.json").write_text(json.dumps(report("cpu1", 1, 1e-3)))
+    (tmp_path / "tensor_ops_cpuN.json").write_text(json.dumps(report("cpuN", 4, 3e-4)))
+    assert main(["--plot", "--results", str(tmp_path)]) == 0
+    for name in ("speedup", "ratio", "mlp"):
+        assert (tmp_path / f"tensor_ops_{name}.png").stat().st_size > 0
