@@ -35,3 +35,12 @@ def test_strided_view_argument():
     base = np.zeros((4, 6), np.int64)
     pad.launch(k_mark, 3, base[1, ::2], 4)
     assert base[1, ::2].tolist() == [5, 5, 5] and base.sum() == 15
+
+
+def test_import_pad_loads_neither_cupy_nor_numba_cuda():
+    import subprocess
+    import sys
+
+    code = "import sys, pad, pad.mpi; print(sorted(m for m in ('cupy', 'numba.cuda') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
