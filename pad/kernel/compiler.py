@@ -77,6 +77,7 @@ class Variant:
     privates: list[tuple[str, int]] = field(default_factory=list)  # ("primal"|"shadow", position) per buffer
     overwrites: dict[int, int] = field(default_factory=dict)  # 1-D arrays never read, a[i + offset] stored
     target: str = "cpu"  # "cpu" (numba threads) or "cuda"
+    kernel: str = ""  # the kernel's name, for messages
     # CUDA adjoints: tape slots per launch index when known at compile time, else a kernel that bounds them
     tape_slots: int = 0
     depth_launcher: Any = None
@@ -153,6 +154,7 @@ def build(
         privates,
         {index[a]: c for a, c in overwritten_arrays(low.body, launch_index, low.kinds).items() if a in index},
         target,
+        fn.__name__,
     )
     if target == "cpu":
         variant.source = MODULE_HEADER.format(origin=origin) + launcher_source(

@@ -62,7 +62,7 @@ def _run(variant: Variant, n: int, args: tuple, extras: Any = (), shadows: Any =
         return cpu.run(variant, n, args, extras, shadows)
     from pad.parallel import gpu
 
-    return gpu.run(variant, n, args, extras, shadows)
+    return gpu.run(variant, n, args, extras)
 
 
 def launch(k: Kernel, n: int, *args: Any) -> None:

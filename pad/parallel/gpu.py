@@ -87,7 +87,7 @@ def _blocks(n: int) -> int:
     return (n + BLOCK - 1) // BLOCK
 
 
-def _slots(variant: Variant, n: int, args: Sequence[Any], like: Any, name: str) -> int:
+def _slots(variant: Variant, n: int, args: Sequence[Any], like: Any) -> int:
     """Tape slots per launch index the adjoint needs (compile-time, or bounded by the depth kernel)."""
     if variant.depth_launcher is None:
         return variant.tape_slots
@@ -96,14 +96,7 @@ def _slots(variant: Variant, n: int, args: Sequence[Any], like: Any, name: str) 
     return int(depth.max()) if arrays.is_cupy(depth) else int(depth.copy_to_host().max())
 
 
-def run(
-    variant: Variant,
-    n: int,
-    args: Sequence[Any],
-    extras: Sequence[Any] = (),
-    shadows: Sequence[Any] | None = None,
-    name: str = "kernel",
-) -> np.ndarray:
+def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = ()) -> np.ndarray:
     """Run ``variant`` for indices ``range(n)`` on the GPU; returns the adjoints of active scalars."""
     if variant.mode != "adjoint" or not (variant.active_scalars or variant.tape_slots):
         if n:
@@ -115,17 +108,17 @@ def run(
     like = next(a for a in (*args, *extras) if arrays.is_device(a))
     call = [n, *args, *extras]
     act = None
-    if variant.mode == "adjoint" and variant.active_scalars:
+    if variant.active_scalars:
         act = _zeros(like, (1, len(variant.active_scalars)), np.float64)
         call.append(act)
     overflow = None
-    if variant.mode == "adjoint" and variant.tape_slots:
-        slots = max(_slots(variant, n, args, like, name), 1)
+    if variant.tape_slots:
+        slots = max(_slots(variant, n, args, like), 1)
         nbytes = slots * n * 8
         limit = _tape_limit(like)
         if nbytes > limit:
             raise MemoryError(
-                f"pad.launch({name}, {n}, ...): the adjoint needs a tape of {nbytes / 2**30:.2f} GiB "
+                f"pad.launch({variant.kernel}, {n}, ...): the adjoint needs a tape of {nbytes / 2**30:.2f} GiB "
                 f"({slots} values per launch index), over the limit of {limit / 2**30:.2f} GiB "
                 "(PAD_GPU_TAPE_LIMIT bytes, default half the free device memory); "
                 "launch fewer indices at a time or shorten the kernel's loops"
@@ -136,7 +129,9 @@ def run(
         call += [_empty(like, (slots, n), np.float64), overflow]
     _launch(variant.launcher, _blocks(n), call)
     if overflow is not None and int(arrays.to_host(overflow)[0]):
-        raise TapeOverflow(f"pad.launch({name}): the adjoint overflowed its tape; please report this kernel")
+        raise TapeOverflow(
+            f"pad.launch({variant.kernel}): the adjoint overflowed its tape; please report this kernel"
+        )
     if act is not None:
         outputs += arrays.to_host(act).sum(axis=0)
     return outputs
