@@ -17,7 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pad.kernel.analysis import FLOATS, Activity, exposed_under_guards, liveness, owned
+from pad.kernel.analysis import (
+    FLOATS,
+    NO_DEFINITIONS,
+    Activity,
+    Definitions,
+    exposed_under_guards,
+    liveness,
+    owned,
+)
 from pad.kernel.emit import UNORDERED
 from pad.kernel.frontend import ArrayKind, Kind, Namer, scalar_type
 from pad.kernel.ir import (
@@ -69,6 +77,7 @@ class Reverse:
     launch_index: str
     namer: Namer
     privatized: set[str]  # global arrays whose adjoint accumulates at shared indices
+    defs: Definitions = NO_DEFINITIONS  # what index ownership may look through
     recompute: set[int] = field(default_factory=set)  # id() of loops reversed by recomputation
     undo: set[str] = field(default_factory=set)  # arrays whose overwritten elements are saved
     forward: list[Stmt] = field(default_factory=list)  # the forward sweep, as built by ``sweep``
@@ -180,7 +189,7 @@ class Reverse:
 
     def shadow(self, array: str, index: tuple[Expr, ...]) -> str:
         """The shadow array an adjoint accumulates into: the thread's private buffer where indices are shared."""
-        if array in self.privatized and not owned(index, self.launch_index):
+        if array in self.privatized and not owned(index, self.launch_index, self.defs):
             return private(adj(array))
         return adj(array)
 
