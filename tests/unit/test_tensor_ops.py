@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import pad
-from scripts.bench_tensor_ops import OPS, check_op, mlp_loss, mlp_problem, train_mlp
+from scripts.bench_tensor_ops import OPS, check_op, k_max_rows, mlp_loss, mlp_problem, train_mlp
 
 
 def test_fifteen_ops():
@@ -135,3 +135,14 @@ def test_intermediate_through_overlapping_views():
 def test_mlp_loss_falls():
     row = train_mlp(np, width=16, steps=10, lr=0.02, batch=32, nin=8, nout=2, dtype=np.float64)
     assert row["loss_last"] < 0.9 * row["loss_first"]
+
+
+def test_running_max_adjoint_saves_once_per_iteration():
+    # m = max(m, a[i, c]): the forward pushes m once per iteration and the reverse loop pops it once (it
+    # used to push it again and pop it again around the adjoint, for an overwrite that it never re-ran)
+    op = next(o for o in OPS if o.name == "max_axis")
+    a, out = np.ones((3, 4), np.float32), np.zeros(3, np.float32)
+    source = k_max_rows.variant((a, out), "adjoint", (True, True)).source
+    assert source.count("push(_sf") == 1 and source.count("_nf -= 1") == 1, source
+    errors = check_op(op, np, np.float64, n=5)
+    assert errors["fd"] < 1e-6 and errors["dot"] < 1e-6
