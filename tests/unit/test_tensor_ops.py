@@ -146,3 +146,24 @@ def test_running_max_adjoint_saves_once_per_iteration():
     assert source.count("push(_sf") == 1 and source.count("_nf -= 1") == 1, source
     errors = check_op(op, np, np.float64, n=5)
     assert errors["fd"] < 1e-6 and errors["dot"] < 1e-6
+
+
+@pad.kernel
+def k_clip(i, lo, hi, a, out):
+    out[i] = min(max(a[i], lo[i]), hi[i])
+
+
+def test_min_max_adjoint_float32_without_branches():
+    # the partials of min/max are 0/1 indicators in the kernel's precision, not float64 selects
+    rng = np.random.default_rng(2)
+    lo, hi = rng.uniform(-1, 0, 8).astype(np.float32), rng.uniform(0, 1, 8).astype(np.float32)
+    a, out = rng.uniform(-1.5, 1.5, 8).astype(np.float32), np.zeros(8, np.float32)
+    for mode in ("adjoint", "tangent"):
+        source = k_clip.variant((lo, hi, a, out), mode, (True, True, True, True)).source
+        assert " if " not in source and "np.float32((" in source, source
+    pad.check_grad(
+        lambda lo, hi, a, out: pad.launch(k_clip, 8, lo, hi, a, out),
+        *[pad.Dup(v, np.zeros_like(v)) for v in (lo, hi, a, out)],
+        rtol=3e-3,
+        atol=1e-4,
+    )
