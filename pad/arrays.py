@@ -115,6 +115,19 @@ def assign(dst: Any, values: Any) -> None:
         dst.copy_to_device(values if library(values) == "numba" else np.ascontiguousarray(values, dst.dtype))
 
 
+def root(a: Any) -> Any:
+    """The array that owns ``a``'s memory (``a`` itself if it is not a view of a NumPy or CuPy array)."""
+    if isinstance(a, np.ndarray):
+        while isinstance(a.base, np.ndarray):
+            a = a.base
+        return a
+    if is_cupy(a):
+        while getattr(a, "base", None) is not None:
+            a = a.base
+        return a
+    return a
+
+
 def view(base: Any, shape: tuple, strides: tuple, offset: int) -> Any:
     """A view of ``base``'s memory, ``offset`` bytes in (used for shadows of views)."""
     if isinstance(base, np.ndarray):

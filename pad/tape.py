@@ -184,8 +184,30 @@ class Context:
             if hit is not None and hit[0]() is x:
                 return hit[1]
             dx = self._view_of_registered(x)
+            if dx is None and self._register_root(x):
+                dx = self._view_of_registered(x)
             self._remember(x, arrays.zeros_like(x) if dx is None else dx, region=dx is None)
             return self._shadow_by_id[id(x)][1]
+
+    def _register_root(self, x: Any) -> bool:
+        """Give the array owning view ``x``'s memory a zero shadow, as a region; whether it did.
+
+        A temporary view of an intermediate (``t.reshape(-1)``) must map into the same shadow as the next
+        view of ``t``, not into a zero shadow of its own that is forgotten when the view is collected. Only
+        when the owner is a plain C-contiguous float array of the same dtype that no registered region
+        overlaps (its shadow would then disagree with theirs) and that is not marked constant.
+        """
+        base = arrays.root(x)
+        if base is x or id(base) in self._const_ids or not _is_float_array(base) or base.dtype != x.dtype:
+            return False
+        if not arrays.c_contiguous(base) or id(base) in self._shadow_by_id:
+            return False
+        for ref, _ in list(self._regions.values()):
+            other = ref()
+            if other is not None and _overlaps(base, other):
+                return False
+        self._remember(base, arrays.zeros_like(base), region=True)
+        return True
 
     def _remember(self, x: Any, dx: Any, region: bool) -> None:
         """Map ``x`` to ``dx`` (and views into ``x`` to views into ``dx`` if ``region``) while ``x`` lives."""

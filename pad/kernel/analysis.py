@@ -147,9 +147,77 @@ def activity(
 
 
 # ---------------------------------------------------------------------------------------------- ownership
-def owned(index: tuple[Expr, ...], launch_index: str) -> bool:
-    """An element whose index contains the launch index itself belongs to one iteration."""
-    return any(isinstance(x, Name) and x.id == launch_index for x in index)
+@dataclass(frozen=True)
+class Definitions:
+    """What ``owned`` may look through: the values of names assigned exactly once, at the top level of the
+    kernel body (outside loops and branches), and the scalar parameters the body never assigns."""
+
+    values: dict[str, Expr]
+    invariant: frozenset[str]
+
+
+NO_DEFINITIONS = Definitions({}, frozenset())
+
+
+def definitions(body: list[Stmt], launch_index: str, kinds: dict[str, Kind]) -> Definitions:
+    counts: dict[str, int] = {}
+    for s in walk(body):
+        for target in _targets(s):
+            counts[target] = counts.get(target, 0) + 1
+    if launch_index in counts:
+        return NO_DEFINITIONS
+    values = {s.target: s.value for s in body if isinstance(s, Assign) and counts[s.target] == 1}
+    invariant = frozenset(n for n, k in kinds.items() if isinstance(k, str) and n not in counts)
+    return Definitions(values, invariant)
+
+
+def _targets(s: Stmt) -> list[str]:
+    if isinstance(s, (Assign, Pop)):
+        return [s.target]
+    if isinstance(s, For):
+        return [s.var]
+    return []
+
+
+def owned(index: tuple[Expr, ...], launch_index: str, defs: Definitions = NO_DEFINITIONS) -> bool:
+    """Whether an element at ``index`` belongs to one iteration: the index contains the launch index itself,
+    or both ``i // m`` and ``i % m`` for one loop-invariant ``m`` (``i = (i // m) * m + i % m``)."""
+    if any(isinstance(x, Name) and x.id == launch_index for x in index):
+        return True
+    quotients: set[Expr] = set()
+    remainders: set[Expr] = set()
+    for x in index:
+        e = _resolve(x, defs)
+        if isinstance(e, Call) and e.op in ("floordiv", "mod") and len(e.args) == 2:
+            a, m = _resolve(e.args[0], defs), _invariant(e.args[1], defs)
+            if isinstance(a, Name) and a.id == launch_index and m is not None:
+                (quotients if e.op == "floordiv" else remainders).add(m)
+    return bool(quotients & remainders)
+
+
+def _resolve(e: Expr, defs: Definitions) -> Expr:
+    """``e`` with names of single top-level assignments and copies looked through."""
+    for _ in range(len(defs.values) + 1):
+        if isinstance(e, Name) and e.id in defs.values:
+            e = defs.values[e.id]
+        elif isinstance(e, Call) and e.op == "copy" and len(e.args) == 1:
+            e = e.args[0]
+        else:
+            break
+    return e
+
+
+def _invariant(e: Expr, defs: Definitions) -> Expr | None:
+    """A canonical form of ``e`` if it is the same in every iteration (an int literal, an unassigned scalar
+    parameter, an array's shape), else None."""
+    e = _resolve(e, defs)
+    if isinstance(e, Lit) and type(e.value) is int and e.value != 0:
+        return e
+    if isinstance(e, Name) and e.id in defs.invariant:
+        return e
+    if isinstance(e, Call) and e.op == "shape" and isinstance(e.args[0], Name) and isinstance(e.args[1], Lit):
+        return e
+    return None
 
 
 def overwritten_arrays(body: list[Stmt], launch_index: str, kinds: dict[str, Kind]) -> dict[str, int]:
@@ -203,7 +271,13 @@ def overwritten_arrays(body: list[Stmt], launch_index: str, kinds: dict[str, Kin
     return out
 
 
-def reduced_arrays(body: list[Stmt], launch_index: str, kinds: dict[str, Kind], filename: str) -> set[str]:
+def reduced_arrays(
+    body: list[Stmt],
+    launch_index: str,
+    kinds: dict[str, Kind],
+    filename: str,
+    defs: Definitions = NO_DEFINITIONS,
+) -> set[str]:
     """Global arrays updated by ``a[j] += v`` at indices iterations may share; these get privatized.
 
     Such an array may not also be read or plainly written in the same kernel: the result would depend on
@@ -211,7 +285,7 @@ def reduced_arrays(body: list[Stmt], launch_index: str, kinds: dict[str, Kind], 
     """
     shared: dict[str, Store] = {}
     for s in walk(body):
-        if isinstance(s, Store) and s.accumulate and not owned(s.index, launch_index):
+        if isinstance(s, Store) and s.accumulate and not owned(s.index, launch_index, defs):
             kind = kinds[s.array]
             if isinstance(kind, ArrayKind) and not kind.local:
                 shared.setdefault(s.array, s)

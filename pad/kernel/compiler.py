@@ -18,8 +18,11 @@ from typing import Any
 
 from pad.kernel import runtime
 from pad.kernel.analysis import (
+    NO_DEFINITIONS,
     Activity,
+    Definitions,
     activity,
+    definitions,
     infer_types,
     overwritten_arrays,
     owned,
@@ -103,7 +106,8 @@ def build(
     types = infer_types(low.body, low.kinds)
     active_inputs = {p for p, a in zip(params, active, strict=True) if a}
     act = activity(low.body, types, active_inputs, low.kinds)
-    reduced = reduced_arrays(low.body, launch_index, low.kinds, low.filename)
+    defs = definitions(low.body, launch_index, low.kinds)  # what index ownership may look through
+    reduced = reduced_arrays(low.body, launch_index, low.kinds, low.filename, defs)
     arrays = [k for k, p in enumerate(params) if isinstance(low.kinds[p], ArrayKind)]
     loaded_names, stored_names = loaded_arrays(low.body), stored_arrays(low.body)
     active_arrays = [k for k in arrays if active[k]]
@@ -115,16 +119,17 @@ def build(
     locals_ = [s for s in walk(low.body) if isinstance(s, LocalArray)]
     init: list[str] = []
     if mode == "primal":
-        body = _privatize(low.body, reduced, launch_index)
+        body = _privatize(low.body, reduced, launch_index, defs)
         privates = primal_privates
     elif mode == "tangent":
-        body = _privatize(Tangent(act, launch_index, reduced).block(low.body), reduced, launch_index)
+        tangent = Tangent(act, launch_index, reduced, defs).block(low.body)
+        body = _privatize(tangent, reduced, launch_index, defs)
         launcher.extras += [tan(params[k]) for k in active_arrays + active_scalars]
         privates = primal_privates + [("shadow", params.index(a)) for a in sorted(reduced) if a in act.arrays]
         locals_ += [LocalArray(tan(s.target), s.shape, s.dtype) for s in locals_ if s.target in act.arrays]
     else:
-        shared = _shared_reads(low.body, act, launch_index) - stored_names
-        rev = Reverse(low.body, low.kinds, types, act, launch_index, low.namer, shared)
+        shared = _shared_reads(low.body, act, launch_index, defs) - stored_names
+        rev = Reverse(low.body, low.kinds, types, act, launch_index, low.namer, shared, defs)
         live_out = {adj(params[k]) for k in active_scalars}
         body = rev.sweep(live_out, droppable=set(params) - loaded_names)
         launcher.extras += [adj(params[k]) for k in active_arrays]
@@ -355,19 +360,28 @@ def _buffer(kind: str, param: str, mode: str) -> str:
     return f"_priv{tan(param) if mode == 'tangent' else adj(param)}"
 
 
-def _privatize(body: list[Stmt], reduced: set[str], launch_index: str) -> list[Stmt]:
+def _privatize(
+    body: list[Stmt], reduced: set[str], launch_index: str, defs: Definitions = NO_DEFINITIONS
+) -> list[Stmt]:
     """Send ``a[j] += v`` at shared indices of reduced arrays to the thread's private buffer."""
     out: list[Stmt] = []
     for s in body:
-        if isinstance(s, Store) and s.accumulate and s.array in reduced and not owned(s.index, launch_index):
+        if (
+            isinstance(s, Store)
+            and s.accumulate
+            and s.array in reduced
+            and not owned(s.index, launch_index, defs)
+        ):
             s = Store(private(s.array), s.index, s.value, True, line=s.line)
         else:
-            s = map_blocks(s, lambda b: _privatize(b, reduced, launch_index))
+            s = map_blocks(s, lambda b: _privatize(b, reduced, launch_index, defs))
         out.append(s)
     return out
 
 
-def _shared_reads(body: list[Stmt], act: Activity, launch_index: str) -> set[str]:
+def _shared_reads(
+    body: list[Stmt], act: Activity, launch_index: str, defs: Definitions = NO_DEFINITIONS
+) -> set[str]:
     """Active global arrays read at indices other iterations may share: their adjoints accumulate there."""
     return {
         s.value.array
@@ -375,7 +389,7 @@ def _shared_reads(body: list[Stmt], act: Activity, launch_index: str) -> set[str
         if isinstance(s, Assign)
         and isinstance(s.value, Elem)
         and s.value.array in act.arrays
-        and not owned(s.value.index, launch_index)
+        and not owned(s.value.index, launch_index, defs)
     }
 
 

@@ -80,6 +80,8 @@ class Printer:
         if isinstance(e, Elem):
             return f"{e.array}[{', '.join(self.expr(x, 'i') for x in e.index)}]"
         assert isinstance(e, Call)
+        if e.op == "indicator" and ty == "f4":  # a float32 0 or 1: np.float64() would compute in float64
+            return f"np.float32({self.expr(e.args[0], 'b')})"
         return self.template(e.op).format(*(self.expr(a, ty) for a in e.args))
 
     def template(self, op: str) -> str:

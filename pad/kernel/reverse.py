@@ -17,7 +17,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pad.kernel.analysis import FLOATS, Activity, exposed_under_guards, liveness, owned
+from pad.kernel.analysis import (
+    FLOATS,
+    NO_DEFINITIONS,
+    Activity,
+    Definitions,
+    exposed_under_guards,
+    liveness,
+    owned,
+)
 from pad.kernel.emit import UNORDERED
 from pad.kernel.frontend import ArrayKind, Kind, Namer, scalar_type
 from pad.kernel.ir import (
@@ -69,6 +77,7 @@ class Reverse:
     launch_index: str
     namer: Namer
     privatized: set[str]  # global arrays whose adjoint accumulates at shared indices
+    defs: Definitions = NO_DEFINITIONS  # what index ownership may look through
     recompute: set[int] = field(default_factory=set)  # id() of loops reversed by recomputation
     undo: set[str] = field(default_factory=set)  # arrays whose overwritten elements are saved
     forward: list[Stmt] = field(default_factory=list)  # the forward sweep, as built by ``sweep``
@@ -110,7 +119,7 @@ class Reverse:
         fwd, rev = self.region(self.body, set())
         self.forward = fwd
         code, _ = liveness(_drop_stores(fwd + rev, droppable), live_out, prune=True)
-        return code
+        return _drop_idle_saves(code)
 
     # -- regions ---------------------------------------------------------------------------------------
     def region(self, stmts: list[Stmt], need_in: set[str]) -> tuple[list[Stmt], list[Stmt]]:
@@ -180,7 +189,7 @@ class Reverse:
 
     def shadow(self, array: str, index: tuple[Expr, ...]) -> str:
         """The shadow array an adjoint accumulates into: the thread's private buffer where indices are shared."""
-        if array in self.privatized and not owned(index, self.launch_index):
+        if array in self.privatized and not owned(index, self.launch_index, self.defs):
             return private(adj(array))
         return adj(array)
 
@@ -351,6 +360,34 @@ def _order_free(s: For, rev_body: list[Stmt]) -> bool:
         if len(reads) != 2 or sum(1 for x in walk(s.body) if isinstance(x, Assign) and x.target == v) != 1:
             return False
     return True
+
+
+def _drop_idle_saves(stmts: list[Stmt]) -> list[Stmt]:
+    """Remove ``push v ... pop v`` pairs of one block between which nothing pushes, pops or assigns ``v``.
+
+    Dead-code removal leaves them where the overwrite that the push saved ``v`` from was dead, typically in
+    a recomputed loop's reverse, which re-runs an iteration's forward sweep only for the values its adjoint
+    reads: ``pop m; push m; <adjoint reading m>; pop m`` becomes ``pop m; <adjoint reading m>``.
+    """
+    out = [map_blocks(s, _drop_idle_saves) for s in stmts]
+    changed = True
+    while changed:
+        changed = False
+        for p, s in enumerate(out):
+            if not (isinstance(s, Push) and isinstance(s.value, Name)):
+                continue
+            v = s.value.id
+            for q in range(p + 1, len(out)):
+                x = out[q]
+                if isinstance(x, Pop) and x.target == v:
+                    del out[q], out[p]
+                    changed = True
+                    break
+                if any(isinstance(y, (Push, Pop)) for y in walk([x])) or v in assigned([x]):
+                    break
+            if changed:
+                break
+    return out
 
 
 def _drop_stores(stmts: list[Stmt], arrays: set[str]) -> list[Stmt]:

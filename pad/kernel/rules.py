@@ -40,6 +40,11 @@ def _sel(cond: Expr, a: Expr | float, b: Expr | float) -> Expr:
     return call("select", cond, a, b)
 
 
+def _ind(cond: Expr) -> Expr:
+    """1 where ``cond`` holds, else 0, in the precision of the value it goes into, without a branch."""
+    return call("indicator", cond)
+
+
 def _sqrt(x: Expr) -> Expr:
     return call("sqrt", x)
 
@@ -63,13 +68,13 @@ rule(
     "min",
     "min({0}, {1})",
     "promote",
-    lambda out, a, b: [_sel(call("le", a, b), 1.0, 0.0), _sel(call("le", a, b), 0.0, 1.0)],
+    lambda out, a, b: [_ind(call("le", a, b)), _ind(call("not", call("le", a, b)))],
 )
 rule(
     "max",
     "max({0}, {1})",
     "promote",
-    lambda out, a, b: [_sel(call("ge", a, b), 1.0, 0.0), _sel(call("ge", a, b), 0.0, 1.0)],
+    lambda out, a, b: [_ind(call("ge", a, b)), _ind(call("not", call("ge", a, b)))],
 )
 rule("abs", "abs({0})", "same", lambda out, x: [call("copysign", 1.0, x)])
 rule("fabs", "math.fabs({0})", "float", lambda out, x: [call("copysign", 1.0, x)])
@@ -80,6 +85,8 @@ rule(
     lambda out, a, b: [call("copysign", 1.0, a) * call("copysign", 1.0, b), None],
 )
 rule("select", "({1} if {0} else {2})", "promote")
+# A boolean as 0.0 or 1.0 (derivatives of min/max): np.float32(...) where the value is float32 (emit.py).
+rule("indicator", "np.float64({0})", "float")
 
 # Elementary functions (math.* and their numpy twins map here).
 rule("sqrt", "math.sqrt({0})", "float", lambda out, x: [0.5 / out])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pad.kernel.analysis import Activity, owned
+from pad.kernel.analysis import NO_DEFINITIONS, Activity, Definitions, owned
 from pad.kernel.ir import (
     Assign,
     Call,
@@ -35,6 +35,7 @@ class Tangent:
     act: Activity
     launch_index: str
     privatized: set[str]  # arrays reduced into at shared indices (their tangents are privatized too)
+    defs: Definitions = NO_DEFINITIONS  # what index ownership may look through
 
     def block(self, stmts: list[Stmt]) -> list[Stmt]:
         out: list[Stmt] = []
@@ -54,7 +55,11 @@ class Tangent:
             if isinstance(s.value, Name) and self.act.expr(s.value):
                 value = Name(tan(s.value.id))
             target = tan(s.array)
-            if s.accumulate and s.array in self.privatized and not owned(s.index, self.launch_index):
+            if (
+                s.accumulate
+                and s.array in self.privatized
+                and not owned(s.index, self.launch_index, self.defs)
+            ):
                 target = f"_pv{target}"
             return [s, Store(target, s.index, value, s.accumulate, line=s.line)]
         if isinstance(s, If):

@@ -44,3 +44,51 @@ def test_import_pad_loads_neither_cupy_nor_numba_cuda():
     code = "import sys, pad, pad.mpi; print(sorted(m for m in ('cupy', 'numba.cuda') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------------------------------------- (i // n, i % n)
+@pad.kernel
+def _add_rc(i, a, b, out, n):
+    r = i // n
+    c = i % n
+    out[r, c] = a[r, c] + b[r, c]
+
+
+@pad.kernel
+def _scale_rc(i, a, out):
+    out[i // 3, i % 3] += 2.0 * a[i // a.shape[1], i % a.shape[1]] * a[i // a.shape[1], i % a.shape[1]]
+
+
+@pad.kernel
+def _mixed_rc(i, a, out, n, m):
+    out[i // n, i % m] += a[i]  # different divisors: iterations may share an element
+
+
+@pad.kernel
+def _varying_rc(i, a, out, n):
+    m = n
+    if i > 2:
+        m = n + 1
+    out[i // m, i % m] += a[i]  # m assigned twice (in a branch): not loop-invariant as far as pad sees
+
+
+def test_div_mod_index_owned_by_iteration():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(4, 3)), rng.normal(size=(4, 3))
+    out = np.zeros((4, 3))
+    assert _add_rc.variant((a, b, out, 3), "adjoint", (True, True, True, False)).privates == []
+    assert _add_rc.variant((a, b, out, 3), "tangent", (True, True, True, False)).privates == []
+    pad.check_grad(
+        lambda a, b, out: pad.launch(_add_rc, 12, a, b, out, 3),
+        *[pad.Dup(v, np.zeros_like(v)) for v in (a, b, out)],
+    )
+    assert _scale_rc.variant((a, out), "primal").privates == []
+    assert _scale_rc.variant((a, out), "adjoint", (True, True)).privates == []
+    pad.check_grad(
+        lambda a, out: pad.launch(_scale_rc, 12, a, out),
+        pad.Dup(a, np.zeros_like(a)),
+        pad.Dup(out, np.zeros_like(out)),
+    )
+    x = np.ones(12)
+    assert _mixed_rc.variant((x, out, 3, 4), "primal").privates != []
+    assert _varying_rc.variant((x, out, 3), "primal").privates != []
