@@ -60,16 +60,34 @@ def c_contiguous(a: Any) -> bool:
     return bool(flags["C_CONTIGUOUS"] if isinstance(flags, dict) else flags.c_contiguous)
 
 
-def zeros_like(a: Any) -> Any:
-    if isinstance(a, np.ndarray):
-        return np.zeros(a.shape, a.dtype)
-    if is_cupy(a):
+def zeros(like: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """A zero array in ``like``'s memory (host, CuPy or numba device)."""
+    if isinstance(like, np.ndarray):
+        return np.zeros(shape, dtype)
+    if is_cupy(like):
         import cupy
 
-        return cupy.zeros(a.shape, a.dtype)
+        return cupy.zeros(shape, dtype)
     from numba import cuda
 
-    return cuda.to_device(np.zeros(a.shape, a.dtype))
+    return cuda.to_device(np.zeros(shape, dtype))
+
+
+def empty(like: Any, shape: tuple[int, ...], dtype: Any) -> Any:
+    """An uninitialized array in ``like``'s memory."""
+    if isinstance(like, np.ndarray):
+        return np.empty(shape, dtype)
+    if is_cupy(like):
+        import cupy
+
+        return cupy.empty(shape, dtype)
+    from numba import cuda
+
+    return cuda.device_array(shape, dtype)
+
+
+def zeros_like(a: Any) -> Any:
+    return zeros(a, a.shape, a.dtype)
 
 
 def copy(a: Any) -> Any:

@@ -35,7 +35,9 @@ from pad.kernel.emit import (
     Launcher,
     base_name,
     cuda_kernel_source,
+    element_type,
     launcher_source,
+    uniform_add_names,
 )
 from pad.kernel.frontend import ArrayKind, Kind, Lowered, lower_kernel
 from pad.kernel.ir import (
@@ -247,15 +249,11 @@ def _scalarize(
             key = (x.array, x.index)
             if key not in sums:
                 sums[key] = namer.fresh("sum")
-                types[sums[key]] = _element_type(kind)
+                types[sums[key]] = element_type(kind)
             out.append(Assign(sums[key], call("add", Name(sums[key]), x.value), line=x.line))
         else:
             out.append(x)
     return out
-
-
-def _element_type(kind: Kind) -> str:
-    return "f4" if isinstance(kind, ArrayKind) and kind.dtype.itemsize == 4 else "f8"
 
 
 def _converge(
@@ -278,15 +276,10 @@ def _converge(
             ) -> list[Stmt]:
                 kept: list[Stmt] = []
                 for x in block:
-                    names = {n for e in x.index for n in names_in(e)} if isinstance(x, Store) else set()
-                    if (
-                        isinstance(x, Store)
-                        and x.accumulate
-                        and x.array.startswith("_pv")
-                        and not (names & (var | inside))
-                    ):
+                    names = uniform_add_names(x, var)
+                    if isinstance(x, Store) and names is not None and not (names & inside):
                         t = namer.fresh("acc")
-                        types[t] = _element_type(kinds[base_name(x.array)])
+                        types[t] = element_type(kinds[base_name(x.array)])
                         moved.append((t, x))
                         kept.append(Assign(t, x.value, line=x.line))
                     elif isinstance(x, If):
@@ -314,16 +307,10 @@ def _sink(
     moved: list[Store] = []
     for k, s in enumerate(stmts):
         s = map_blocks(s, lambda b: _sink(b, var, namer, types, kinds))
-        names = {n for e in s.index for n in names_in(e)} if isinstance(s, Store) else set()
-        if (
-            isinstance(s, Store)
-            and s.accumulate
-            and s.array.startswith("_pv")
-            and not (names & var)
-            and not (names & assigned(stmts[k + 1 :]))
-        ):
+        names = uniform_add_names(s, var)
+        if isinstance(s, Store) and names is not None and not (names & assigned(stmts[k + 1 :])):
             t = namer.fresh("add")
-            types[t] = _element_type(kinds[base_name(s.array)])
+            types[t] = element_type(kinds[base_name(s.array)])
             out.append(Assign(t, s.value, line=s.line))
             moved.append(Store(s.array, s.index, Name(t), True, line=s.line))
         else:

@@ -28,6 +28,7 @@ from pad.kernel.ir import (
     Stmt,
     Store,
     While,
+    arrays_in,
     exprs_of,
     names_in,
     walk,
@@ -53,6 +54,20 @@ _ZERO = {"f4": "np.float32(0.0)", "f8": "0.0", "i": "0", "b": "False"}
 _CAST = {"f4": "np.float32({})", "f8": "{}", "i": "{}", "b": "({} != 0)"}
 
 
+def element_type(kind: Kind | None) -> str:
+    """The scalar type code values stored into an array are printed and summed in ("f4" or "f8")."""
+    return "f4" if isinstance(kind, ArrayKind) and kind.dtype == np.float32 else "f8"
+
+
+def uniform_add_names(s: Stmt | None, varying: set[str]) -> frozenset[str] | None:
+    """For ``_pv<x>[j] += v`` (a shared-index accumulation) with ``j`` uniform across threads: the variables
+    in ``j``; else None. GPU code aggregates such adds over a warp."""
+    if not (isinstance(s, Store) and s.accumulate and s.array.startswith("_pv")):
+        return None
+    names = frozenset(n for x in s.index for n in names_in(x))
+    return None if names & varying else names
+
+
 @dataclass
 class Printer:
     """Prints statements; typed literals take the precision of the value they are assigned to."""
@@ -65,7 +80,7 @@ class Printer:
         base = base_name(name)
         kind = self.kinds.get(base)
         if isinstance(kind, ArrayKind):
-            return "f4" if kind.dtype == np.float32 else "f8"
+            return element_type(kind)
         return self.types.get(name) or self.types.get(base, "f8")
 
     def expr(self, e: Expr, ty: str) -> str:
@@ -246,8 +261,8 @@ class CudaPrinter(Printer):
         """As ``Printer.emit``; adjacent accumulations at uniform indices share one warp aggregation."""
         run: list[Store] = []
         for s in [*stmts, None]:
-            key = self.uniform_names(s)
-            if run and key != self.uniform_names(run[0]):
+            key = uniform_add_names(s, self.varying)
+            if run and key != uniform_add_names(run[0], self.varying):
                 self.lines += ["    " * indent + line for line in self.aggregated(run)]
                 run = []
             if key is not None:
@@ -255,18 +270,11 @@ class CudaPrinter(Printer):
             elif s is not None:
                 super().emit([s], indent)
 
-    def uniform_names(self, s: Stmt | None) -> tuple[str, ...] | None:
-        """For ``_pv<x>[j] += v`` with ``j`` uniform across threads: the variables in ``j`` (else None)."""
-        if not (isinstance(s, Store) and s.accumulate and s.array.startswith("_pv")):
-            return None
-        names = tuple(sorted({n for x in s.index for n in names_in(x)}))
-        return None if any(n in self.varying for n in names) else names
-
     def aggregated(self, run: list[Store]) -> list[str]:
         """Where the whole warp is here with the same index, it sums each value with shuffles and one lane
         adds atomically (32x fewer atomics on one address); elsewhere every lane adds atomically."""
         self.groups += 1
-        names = self.uniform_names(run[0]) or ("0",)
+        names = sorted(uniform_add_names(run[0], self.varying) or ()) or ["0"]
         check = " and ".join(f"uniform({n})" for n in names)
         sums = [f"_w{self.groups}_{k}" for k in range(len(run))]
         lines = [f"if WARP_SHUFFLES and {check}:"]
@@ -463,20 +471,12 @@ def _tiled(
                 halo[array] = -1
             elif halo.get(array, 0) >= 0:
                 halo[array] = max(halo.get(array, 0), abs(offsets[index.id]))
-    read = {e.array.removeprefix("_pv") for s in walk(body) for x in exprs_of(s) for e in _elems(x)}
+    read = {a.removeprefix("_pv") for s in walk(body) for x in exprs_of(s) for a in arrays_in(x)}
     return {
         a: h
         for a, h in halo.items()
         if 0 <= h <= 16 and a not in read and isinstance(kinds.get(base_name(a)), ArrayKind)
     }
-
-
-def _elems(e: Expr) -> list[Elem]:
-    if isinstance(e, Elem):
-        return [e, *(x for i in e.index for x in _elems(i))]
-    if isinstance(e, Call):
-        return [x for a in e.args for x in _elems(a)]
-    return []
 
 
 CUDA_MODULE_HEADER = """\

@@ -54,22 +54,6 @@ def _simulated() -> bool:
     return bool(config.ENABLE_CUDASIM)  # type: ignore[attr-defined]
 
 
-def _empty(like: Any, shape: tuple[int, ...], dtype: Any) -> Any:
-    if arrays.is_cupy(like):
-        import cupy
-
-        return cupy.empty(shape, dtype)
-    return cuda.device_array(shape, dtype)
-
-
-def _zeros(like: Any, shape: tuple[int, ...], dtype: Any) -> Any:
-    if arrays.is_cupy(like):
-        import cupy
-
-        return cupy.zeros(shape, dtype)
-    return cuda.to_device(np.zeros(shape, dtype))
-
-
 def _tape_limit(like: Any) -> int:
     limit = os.environ.get("PAD_GPU_TAPE_LIMIT")
     if limit is not None:
@@ -91,7 +75,7 @@ def _slots(variant: Variant, n: int, args: Sequence[Any], like: Any) -> int:
     """Tape slots per launch index the adjoint needs (compile-time, or bounded by the depth kernel)."""
     if variant.depth_launcher is None:
         return variant.tape_slots
-    depth = _empty(like, (n,), np.int64)
+    depth = arrays.empty(like, (n,), np.int64)
     _launch(variant.depth_launcher, _blocks(n), [n, *args, depth])
     return int(depth.max()) if arrays.is_cupy(depth) else int(depth.copy_to_host().max())
 
@@ -109,7 +93,7 @@ def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = (
     call = [n, *args, *extras]
     act = None
     if variant.active_scalars:
-        act = _zeros(like, (1, len(variant.active_scalars)), np.float64)
+        act = arrays.zeros(like, (1, len(variant.active_scalars)), np.float64)
         call.append(act)
     overflow = None
     if variant.tape_slots:
@@ -125,8 +109,8 @@ def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = (
             )
         stats["tape_bytes"] = nbytes
         stats["peak_tape_bytes"] = max(stats["peak_tape_bytes"], nbytes)
-        overflow = _zeros(like, (1,), np.int32)
-        call += [_empty(like, (slots, n), np.float64), overflow]
+        overflow = arrays.zeros(like, (1,), np.int32)
+        call += [arrays.empty(like, (slots, n), np.float64), overflow]
     _launch(variant.launcher, _blocks(n), call)
     if overflow is not None and int(arrays.to_host(overflow)[0]):
         raise TapeOverflow(
