@@ -87,6 +87,8 @@ class Reverse:
     fused: bool = False
     droppable: set[str] = field(default_factory=set)
     moved: set[int] = field(default_factory=set)
+    remade: set[int] = field(default_factory=set)  # id()s of their copies in the reverse sweep
+    rebuilding: frozenset[str] = frozenset()  # sums an enclosing loop's reverse is rebuilding
     tails: dict[int, list[Stmt]] = field(default_factory=dict)
     # id() of a recomputed loop's forward copy -> (scalars pushed per iteration, the body's own forward sweep)
     replays: dict[int, tuple[int, list[Stmt]]] = field(default_factory=dict)
@@ -126,8 +128,11 @@ class Reverse:
         self.droppable = droppable
         fwd, rev = self.region(self.body, set())
         self.forward = fwd
-        fwd = _drop_ids(fwd, self.moved) if self.fused else _drop_stores(fwd, droppable)
-        code, _ = liveness(fwd + rev, live_out, prune=True)
+        if self.fused:  # the forward sweep still makes the outputs that no reverse loop makes again
+            code = _drop_ids(fwd, self.moved) + _drop_stores(rev, droppable, keep=self.remade)
+        else:
+            code = _drop_stores(fwd + rev, droppable)
+        code, _ = liveness(code, live_out, prune=True)
         return _drop_idle_saves(code)
 
     # -- regions ---------------------------------------------------------------------------------------
@@ -270,7 +275,11 @@ class Reverse:
             fwd_body, rev_body, replay = self.recomputed(s)
             rebuilt = self._rebuildable(s, rev_body)
             if rebuilt:
-                fwd_body, rev_body, replay = self.recomputed(s, rebuilt)
+                outer, self.rebuilding = self.rebuilding, self.rebuilding | set(rebuilt)
+                try:  # loops inside rebuild the same sums (else the replay would run them forward too)
+                    fwd_body, rev_body, replay = self.recomputed(s, rebuilt)
+                finally:
+                    self.rebuilding = outer
         else:
             fwd_body, rev_body = self.stored(s, need)
         backwards = For(k, call("sub", Name(trip), Lit(1)), Lit(-1), Lit(-1), set_var + rev_body, line=s.line)
@@ -293,19 +302,28 @@ class Reverse:
         if rebuilt:
             # The reverse loop runs the iterations in forward order and redoes the sums from their values
             # before the loop (saved once): then the output stores that follow the loop are made again.
-            tail = self.tails[id(s)]
-            self.moved |= {id(x) for x in walk(tail) if isinstance(x, Store)}
             save = [Push(Name(v), self.stack_kind(v), line=s.line) for v in rebuilt]
             restore = [Pop(v, self.stack_kind(v), self.types[v], line=s.line) for v in reversed(rebuilt)]
-            return [*before, *save, forward], [*restore, *rev, *copy.deepcopy(tail)]
+            if not set(rebuilt) <= self.rebuilding:
+                tail = self.tails[id(s)]
+                self.moved |= {id(x) for x in walk(tail) if isinstance(x, Store)}
+            else:
+                tail = []
+            remade = copy.deepcopy(tail)
+            self.remade |= {id(x) for x in walk(remade) if isinstance(x, Store)}
+            return [*before, *save, forward], [*restore, *rev, *remade]
         return [*before, forward], rev
 
     def _rebuildable(self, s: For | While, rev_body: list[Stmt]) -> list[str]:
         """The sums an order-free loop's reverse can rebuild for the output stores that follow it (fused)."""
-        if not (self.fused and isinstance(s, For) and id(s) in self.tails):
+        if not (self.fused and isinstance(s, For)):
             return []
         sums = _order_free(s, rev_body)
         if sums is None:
+            return []
+        if sums & self.rebuilding:
+            return sorted(sums & self.rebuilding)
+        if id(s) not in self.tails:
             return []
         stored = {
             x.value.id for x in walk(self.tails[id(s)]) if isinstance(x, Store) and isinstance(x.value, Name)
@@ -458,11 +476,14 @@ def _drop_ids(stmts: list[Stmt], ids: set[int]) -> list[Stmt]:
     return [map_blocks(s, lambda b: _drop_ids(b, ids)) for s in stmts if id(s) not in ids]
 
 
-def _drop_stores(stmts: list[Stmt], arrays: set[str]) -> list[Stmt]:
+def _drop_stores(
+    stmts: list[Stmt], arrays: set[str], keep: frozenset[int] | set[int] = frozenset()
+) -> list[Stmt]:
+    """``stmts`` without their stores to ``arrays`` (except the statements whose id() is in ``keep``)."""
     return [
-        map_blocks(s, lambda b: _drop_stores(b, arrays))
+        map_blocks(s, lambda b: _drop_stores(b, arrays, keep))
         for s in stmts
-        if not (isinstance(s, Store) and s.array in arrays)
+        if not (isinstance(s, Store) and s.array in arrays and id(s) not in keep)
     ]
 
 
