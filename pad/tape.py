@@ -314,9 +314,10 @@ class Context:
 
     def flush(self) -> None:
         """Run the deferred primal launch, if any."""
-        pending, self.pending = self.pending, None
-        if pending is not None:
-            pending.run_primal()
+        with self._lock:  # task threads ask for the context too: one runs the primal, the others wait
+            pending, self.pending = self.pending, None
+            if pending is not None:
+                pending.run_primal()
 
     def add_active_adjoint(self, slot: int, value: float) -> None:
         with self._lock:
@@ -483,9 +484,11 @@ def autodiff(f: Callable[..., Any], *args: Any, fuse: bool = False) -> tuple[flo
 
     Returns one derivative per ``Active`` argument, in order.
 
-    ``fuse=True`` saves the primal run of ``f``'s last launch where pad can: that launch's adjoint makes
-    its outputs too (about one primal's time less). Only for an ``f`` that does not read the last launch's
-    outputs in Python after making it (pad cannot see NumPy reads; any pad operation is fine).
+    ``fuse=True`` saves about one primal launch: ``f``'s last launch, when its adjoint can make the outputs
+    too (by redoing the sums of its order-free loops), is not run forward; its fused adjoint makes them. A
+    pad operation after it in ``f`` runs it forward first, as usual. NumPy code in ``f`` that reads the
+    last launch's outputs after it would see their old contents (pad cannot see such reads): fuse only an
+    ``f`` that does not.
     """
     if current() is not None:
         raise RuntimeError("pad.autodiff/fwddiff cannot be nested inside another autodiff/fwddiff")

@@ -136,6 +136,11 @@ class LaunchRecord:
             if p not in self.variant.stored:
                 kept.release()
         extras = [self.shadows[p] for p in self.variant.active_arrays]
-        partial = _run(self.variant, self.n, tuple(args), extras, self.shadows)
+        try:
+            partial = _run(self.variant, self.n, tuple(args), extras, self.shadows)
+        except BaseException:
+            if self.deferred is not None:  # a fused adjoint failed: the outputs are still made
+                _run(self.deferred[0], self.n, self.args)
+            raise
         for slot, value in zip(self.slots, partial, strict=True):
             self.ctx.add_active_adjoint(slot, float(value))
