@@ -142,6 +142,10 @@ class Context:
         self._live: dict[tuple, Kept] = {}
         self._lock = threading.RLock()
         self.guard: Callable[[Record, list[Any]], Record] | None = None
+        # autodiff(fuse=True): the last launch's primal run waits here; any later pad operation runs it
+        # first (``current()``), and if none comes, the launch's fused adjoint makes its outputs.
+        self.fuse = False
+        self.pending: Any = None
 
     # -- shadows -------------------------------------------------------------------------------------
     def bind(self, x: Any, dx: Any) -> None:
@@ -304,6 +308,17 @@ class Context:
         finally:
             _observers.reset(token)
 
+    def at_top_level(self) -> bool:
+        """Whether operations record onto this context's own tape (not a task's or a segment's)."""
+        return self.guard is None and _recording.get(None) is self.records
+
+    def flush(self) -> None:
+        """Run the deferred primal launch, if any."""
+        with self._lock:  # task threads ask for the context too: one runs the primal, the others wait
+            pending, self.pending = self.pending, None
+            if pending is not None:
+                pending.run_primal()
+
     def add_active_adjoint(self, slot: int, value: float) -> None:
         with self._lock:
             self.active_adjoints[slot] += value
@@ -341,8 +356,14 @@ def _discarding() -> bool:
 
 
 def current() -> Context | None:
-    """The active ``autodiff``/``fwddiff`` context, or ``None`` outside them."""
-    return _context.get()
+    """The active ``autodiff``/``fwddiff`` context, or ``None`` outside them.
+
+    Every pad operation starts by asking for it, so this is where a deferred launch (``fuse=True``) runs.
+    """
+    ctx = _context.get()
+    if ctx is not None and ctx.pending is not None:
+        ctx.flush()
+    return ctx
 
 
 @contextlib.contextmanager
@@ -458,21 +479,32 @@ def _active_scalar(ctx: Context, value: Any, tangent: float, what: str) -> Activ
     return ActiveScalar(float(value), len(ctx.active_adjoints) - 1, tangent)
 
 
-def autodiff(f: Callable[..., Any], *args: Any) -> tuple[float, ...]:
+def autodiff(f: Callable[..., Any], *args: Any, fuse: bool = False) -> tuple[float, ...]:
     """Reverse mode: run ``f`` on the primal values, then its adjoint (see API.md for the shadow semantics).
 
     Returns one derivative per ``Active`` argument, in order.
+
+    ``fuse=True`` saves about one primal launch: ``f``'s last launch, when its adjoint can make the outputs
+    too (by redoing the sums of its order-free loops), is not run forward; its fused adjoint makes them. A
+    pad operation after it in ``f`` runs it forward first, as usual. NumPy code in ``f`` that reads the
+    last launch's outputs after it would see their old contents (pad cannot see such reads): fuse only an
+    ``f`` that does not.
     """
     if current() is not None:
         raise RuntimeError("pad.autodiff/fwddiff cannot be nested inside another autodiff/fwddiff")
     ctx = Context(reverse_mode=True)
+    ctx.fuse = fuse
     values = _prepare(ctx, args, reverse_mode=True)
     token = _context.set(ctx)
     try:
         with recording_into(ctx.records):
             f(*values)
             _finish_forward(ctx)
+            ctx.pending = None  # the last launch stays fused: its adjoint makes its outputs
             reverse_records(ctx.records)
+    except BaseException:
+        ctx.flush()  # a failed autodiff still leaves the primal results
+        raise
     finally:
         _context.reset(token)
     return tuple(ctx.active_adjoints)

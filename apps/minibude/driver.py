@@ -127,11 +127,18 @@ class Docking:
             coef = pad.Dup(self.coef, xp.zeros_like(self.coef))
             protein, poses = pad.Const(self.protein_xyz), pad.Const(self.poses)
             pad.autodiff(
-                energy_of_forcefield, active("forcefield", self.ff_params), coef, protein, ligand, poses, seed
+                energy_of_forcefield,
+                active("forcefield", self.ff_params),
+                coef,
+                protein,
+                ligand,
+                poses,
+                seed,
+                fuse=True,
             )
         else:
             protein, poses = active("protein", self.protein_xyz), active("poses", self.poses)
-            pad.autodiff(self._fasten, protein, ligand, pad.Const(self.coef), poses, seed)
+            pad.autodiff(self._fasten, protein, ligand, pad.Const(self.coef), poses, seed, fuse=True)
         return grad
 
     # -- results over ranks -----------------------------------------------------------------------------

@@ -116,6 +116,22 @@ def pair_coefficients(k, ff_hbtype, ff_params, protein_type, coef):
 
 
 @pad.func
+def protein_atom(protein_xyz, coef, lt, ip):
+    """Protein atom ``ip``'s coordinates and its six coefficients with a ligand atom of type ``lt``."""
+    return (
+        protein_xyz[0, ip],
+        protein_xyz[1, ip],
+        protein_xyz[2, ip],
+        coef[lt, 0, ip],
+        coef[lt, 1, ip],
+        coef[lt, 2, ip],
+        coef[lt, 3, ip],
+        coef[lt, 4, ip],
+        coef[lt, 5, ip],
+    )
+
+
+@pad.func
 def pair_energy(lx, ly, lz, px, py, pz, k0, k1, k2, k3, k4, k5):
     """The energy of a ligand atom at (lx, ly, lz) and a protein atom at (px, py, pz); ``k*``: coefficients.
 
@@ -159,15 +175,7 @@ def fasten(g, ppwi, protein_xyz, ligand_xyz, ligand_type, coef, poses, energies)
             az = ligand_xyz[il, 2]
             lx, ly, lz = place(poses, ix, r00, r01, r02, r10, r11, r12, r20, r21, r22, ax, ay, az)
             for ip in range(protein_xyz.shape[1]):
-                px = protein_xyz[0, ip]
-                py = protein_xyz[1, ip]
-                pz = protein_xyz[2, ip]
-                k0 = coef[lt, 0, ip]
-                k1 = coef[lt, 1, ip]
-                k2 = coef[lt, 2, ip]
-                k3 = coef[lt, 3, ip]
-                k4 = coef[lt, 4, ip]
-                k5 = coef[lt, 5, ip]
+                px, py, pz, k0, k1, k2, k3, k4, k5 = protein_atom(protein_xyz, coef, lt, ip)
                 etot += pair_energy(lx, ly, lz, px, py, pz, k0, k1, k2, k3, k4, k5)
         energies[ix] = etot
 
@@ -205,15 +213,7 @@ def fasten_x4(g, ppwi, protein_xyz, ligand_xyz, ligand_type, coef, poses, energi
             x2, y2, z2 = place(poses, i2, c00, c01, c02, c10, c11, c12, c20, c21, c22, ax, ay, az)
             x3, y3, z3 = place(poses, i3, d00, d01, d02, d10, d11, d12, d20, d21, d22, ax, ay, az)
             for ip in range(protein_xyz.shape[1]):
-                px = protein_xyz[0, ip]
-                py = protein_xyz[1, ip]
-                pz = protein_xyz[2, ip]
-                k0 = coef[lt, 0, ip]
-                k1 = coef[lt, 1, ip]
-                k2 = coef[lt, 2, ip]
-                k3 = coef[lt, 3, ip]
-                k4 = coef[lt, 4, ip]
-                k5 = coef[lt, 5, ip]
+                px, py, pz, k0, k1, k2, k3, k4, k5 = protein_atom(protein_xyz, coef, lt, ip)
                 e0 += pair_energy(x0, y0, z0, px, py, pz, k0, k1, k2, k3, k4, k5)
                 e1 += pair_energy(x1, y1, z1, px, py, pz, k0, k1, k2, k3, k4, k5)
                 e2 += pair_energy(x2, y2, z2, px, py, pz, k0, k1, k2, k3, k4, k5)

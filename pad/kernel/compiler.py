@@ -65,7 +65,7 @@ from pad.kernel.ir import (
 from pad.kernel.reverse import Reverse, adj, private
 from pad.kernel.tangent import Tangent, tan
 
-MODES = ("primal", "tangent", "adjoint")
+MODES = ("primal", "tangent", "adjoint", "fused")  # fused: the adjoint that also makes the primal outputs
 
 
 @dataclass
@@ -83,6 +83,7 @@ class Variant:
     overwrites: dict[int, int] = field(default_factory=dict)  # 1-D arrays never read, a[i + offset] stored
     target: str = "cpu"  # "cpu" (numba threads) or "cuda"
     kernel: str = ""  # the kernel's name, for messages
+    fuses: bool = False  # mode "fused": this variant makes the primal outputs too (see pad.autodiff(fuse=))
     # CUDA adjoints: tape slots per launch index when known at compile time, else a kernel that bounds them
     tape_slots: int = 0
     depth_launcher: Any = None
@@ -132,6 +133,7 @@ def build(
     else:
         shared = _shared_reads(low.body, act, launch_index, defs) - stored_names
         rev = Reverse(low.body, low.kinds, types, act, launch_index, low.namer, shared, defs)
+        rev.fused = mode == "fused"
         live_out = {adj(params[k]) for k in active_scalars}
         body = rev.sweep(live_out, droppable=set(params) - loaded_names)
         launcher.extras += [adj(params[k]) for k in active_arrays]
@@ -151,7 +153,7 @@ def build(
     origin = f"{low.filename}:{fn.__name__} ({mode}, {target})"
     index = {p: k for k, p in enumerate(params)}
     variant = Variant(
-        mode,
+        "adjoint" if mode == "fused" else mode,
         "",
         _no_launcher,
         active_arrays,
@@ -162,6 +164,8 @@ def build(
         {index[a]: c for a, c in overwritten_arrays(low.body, launch_index, low.kinds).items() if a in index},
         target,
         fn.__name__,
+        # A fused launch makes every output: its outputs are not read, and no output is reduced into.
+        fuses=bool(rev and rev.moved) and not (stored_names & loaded_names) and not reduced,
     )
     if target == "cpu":
         variant.source = MODULE_HEADER.format(origin=origin) + launcher_source(

@@ -15,6 +15,7 @@ Dead code (forward values the reverse does not need) is removed afterwards.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 
 from pad.kernel.analysis import (
@@ -81,6 +82,14 @@ class Reverse:
     recompute: set[int] = field(default_factory=set)  # id() of loops reversed by recomputation
     undo: set[str] = field(default_factory=set)  # arrays whose overwritten elements are saved
     forward: list[Stmt] = field(default_factory=list)  # the forward sweep, as built by ``sweep``
+    # Fused (primal + adjoint in one launch): output stores that follow a loop accumulating their values
+    # are made again after the loop's reverse, which rebuilds the sums; ``moved`` holds their id()s.
+    fused: bool = False
+    droppable: set[str] = field(default_factory=set)
+    moved: set[int] = field(default_factory=set)
+    remade: set[int] = field(default_factory=set)  # id()s of their copies in the reverse sweep
+    rebuilding: frozenset[str] = frozenset()  # sums an enclosing loop's reverse is rebuilding
+    tails: dict[int, list[Stmt]] = field(default_factory=dict)
     # id() of a recomputed loop's forward copy -> (scalars pushed per iteration, the body's own forward sweep)
     replays: dict[int, tuple[int, list[Stmt]]] = field(default_factory=dict)
 
@@ -116,9 +125,14 @@ class Reverse:
         Stores to ``droppable`` arrays (those the kernel never reads) are left out: the primal launch
         already made them, and the reverse sweep needs none of their values.
         """
+        self.droppable = droppable
         fwd, rev = self.region(self.body, set())
         self.forward = fwd
-        code, _ = liveness(_drop_stores(fwd + rev, droppable), live_out, prune=True)
+        if self.fused:  # the forward sweep still makes the outputs that no reverse loop makes again
+            code = _drop_ids(fwd, self.moved) + _drop_stores(rev, droppable, keep=self.remade)
+        else:
+            code = _drop_stores(fwd + rev, droppable)
+        code, _ = liveness(code, live_out, prune=True)
         return _drop_idle_saves(code)
 
     # -- regions ---------------------------------------------------------------------------------------
@@ -131,6 +145,8 @@ class Reverse:
         need = set(need_in)
         fwd: list[Stmt] = []
         revs: list[list[Stmt]] = []
+        if self.fused:
+            self._find_tails(stmts)
         for s in stmts:
             f, r = self.stmt(s, need)
             saved = sorted(assigned(f) & need) if not isinstance(s, If) else []
@@ -139,6 +155,29 @@ class Reverse:
             need |= liveness(r, set(), prune=False)[1]
         rev = [x for r in reversed(revs) for x in r]
         return fwd, rev
+
+    def _find_tails(self, stmts: list[Stmt]) -> None:
+        """Output stores (plain, of a scalar, to an array the kernel never reads; alone or in ``if``s) that
+        follow an order-free loop in ``stmts``, with nothing in between changing their names: ``tails``."""
+        for k, loop in enumerate(stmts):
+            if not (isinstance(loop, For) and id(loop) in self.recompute):
+                continue
+            tail: list[Stmt] = []
+            changed: set[str] = set()
+            for s in stmts[k + 1 :]:
+                stores = [x for x in walk([s]) if isinstance(x, Store)]
+                only_outputs = all(
+                    not x.accumulate and x.array in self.droppable and isinstance(x.value, Name)
+                    for x in stores
+                )
+                if stores and only_outputs and all(not isinstance(x, (For, While)) for x in walk([s])):
+                    used = {n for x in stores for e in (*x.index, x.value) for n in names_in(e)}
+                    if not (used & changed) and not assigned([s]):
+                        tail.append(s)
+                        continue
+                changed |= assigned([s])
+            if tail:
+                self.tails[id(loop)] = tail
 
     def stack_kind(self, name: str) -> str:
         return "f" if self.types[name] in FLOATS else "i"
@@ -231,12 +270,20 @@ class Reverse:
             trip = self.fresh(s, "n", "i")
             count, set_var = [], []
         replay: list[Stmt] = []
+        rebuilt: list[str] = []
         if id(s) in self.recompute:
             fwd_body, rev_body, replay = self.recomputed(s)
+            rebuilt = self._rebuildable(s, rev_body)
+            if rebuilt:
+                outer, self.rebuilding = self.rebuilding, self.rebuilding | set(rebuilt)
+                try:  # loops inside rebuild the same sums (else the replay would run them forward too)
+                    fwd_body, rev_body, replay = self.recomputed(s, rebuilt)
+                finally:
+                    self.rebuilding = outer
         else:
             fwd_body, rev_body = self.stored(s, need)
         backwards = For(k, call("sub", Name(trip), Lit(1)), Lit(-1), Lit(-1), set_var + rev_body, line=s.line)
-        if isinstance(s, For) and id(s) in self.recompute and _order_free(s, rev_body):
+        if isinstance(s, For) and id(s) in self.recompute and _order_free(s, rev_body) is not None:
             # Iterations' adjoints commute here: run them in forward order, which numba can vectorize
             # (and a GPU may start each warp at a different iteration: the UNORDERED name says so).
             free = self.fresh(s, UNORDERED[1:], "i")  # the namer adds the leading underscore
@@ -251,7 +298,37 @@ class Reverse:
             before = [Assign(trip, Lit(0), line=s.line)]
         if id(s) in self.recompute:
             self.replays[id(forward)] = (len(fwd_body) - len(s.body), replay)
-        return [*before, forward], [*count, backwards] if isinstance(s, For) else [backwards]
+        rev: list[Stmt] = [*count, backwards] if isinstance(s, For) else [backwards]
+        if rebuilt:
+            # The reverse loop runs the iterations in forward order and redoes the sums from their values
+            # before the loop (saved once): then the output stores that follow the loop are made again.
+            save = [Push(Name(v), self.stack_kind(v), line=s.line) for v in rebuilt]
+            restore = [Pop(v, self.stack_kind(v), self.types[v], line=s.line) for v in reversed(rebuilt)]
+            if not set(rebuilt) <= self.rebuilding:
+                tail = self.tails[id(s)]
+                self.moved |= {id(x) for x in walk(tail) if isinstance(x, Store)}
+            else:
+                tail = []
+            remade = copy.deepcopy(tail)
+            self.remade |= {id(x) for x in walk(remade) if isinstance(x, Store)}
+            return [*before, *save, forward], [*restore, *rev, *remade]
+        return [*before, forward], rev
+
+    def _rebuildable(self, s: For | While, rev_body: list[Stmt]) -> list[str]:
+        """The sums an order-free loop's reverse can rebuild for the output stores that follow it (fused)."""
+        if not (self.fused and isinstance(s, For)):
+            return []
+        sums = _order_free(s, rev_body)
+        if sums is None:
+            return []
+        if sums & self.rebuilding:
+            return sorted(sums & self.rebuilding)
+        if id(s) not in self.tails:
+            return []
+        stored = {
+            x.value.id for x in walk(self.tails[id(s)]) if isinstance(x, Store) and isinstance(x.value, Name)
+        }
+        return sorted(stored) if stored <= sums else []
 
     def depth(self, result: str, launch_index: str) -> list[Stmt]:
         """Code computing an upper bound of this iteration's stack depth into ``result[launch_index]``.
@@ -299,17 +376,22 @@ class Reverse:
                 out.append(map_blocks(s, lambda b: self._counted(b, count, deepest)))
         return out
 
-    def recomputed(self, s: For | While) -> tuple[list[Stmt], list[Stmt], list[Stmt]]:
+    def recomputed(
+        self, s: For | While, rebuilt: list[str] | None = None
+    ) -> tuple[list[Stmt], list[Stmt], list[Stmt]]:
         """Forward: push the carried scalars the iteration's reverse needs. Reverse: pop, re-run, adjoint.
 
-        Also returns the iteration's forward sweep that the reverse re-runs (for ``depth``).
+        ``rebuilt``: sums the reverse redoes (fused launches); they flow through the reverse iterations like
+        adjoints instead of being carried. Also returns the iteration's forward sweep that the reverse
+        re-runs (for ``depth``).
         """
         f, r = self.region(s.body, set())
         # Adjoints flow from one reverse iteration to the next and out of the loop: they stay live. Primal
         # values do not: the next iteration pops or recomputes its own.
         adjoints = {n for x in walk(r) for n in _names(x) | assigned([x]) if n.startswith("_b_")}
-        again, live = liveness(f + r, adjoints, prune=True)
-        written = assigned(s.body) - ({s.var} if isinstance(s, For) else set())
+        sums = set(rebuilt or ())
+        again, live = liveness(f + r, adjoints | sums, prune=True)
+        written = assigned(s.body) - ({s.var} if isinstance(s, For) else set()) - sums
         carried = sorted(live & written & exposed_under_guards(again))
         push = [Push(Name(v), self.stack_kind(v), line=s.line) for v in carried]
         pop = [Pop(v, self.stack_kind(v), self.types[v], line=s.line) for v in reversed(carried)]
@@ -326,7 +408,7 @@ class Reverse:
             inner |= used
 
 
-def _order_free(s: For, rev_body: list[Stmt]) -> bool:
+def _order_free(s: For, rev_body: list[Stmt]) -> set[str] | None:
     """Can the reverse iterations of a recomputed loop run in any order?
 
     True when an iteration's reverse pops nothing (nothing carried), the body writes no array element
@@ -336,30 +418,30 @@ def _order_free(s: For, rev_body: list[Stmt]) -> bool:
     to the other adjoints are sums, which commute.
     """
     if any(isinstance(x, Pop) for x in rev_body):
-        return False
+        return None
     if any(isinstance(x, Store) and not x.accumulate for x in walk(s.body)):
-        return False
+        return None
     carried = liveness(s.body, set(), prune=False)[1] & assigned(s.body)
     defs = {x.target: x for x in walk(s.body) if isinstance(x, Assign)}
     for v in carried:
         update = defs.get(v)
         if not (isinstance(update, Assign) and isinstance(update.value, Call) and update.value.op == "copy"):
-            return False
+            return None
         t = update.value.args[0]
         if not isinstance(t, Name):
-            return False
+            return None
         step = defs.get(t.id)
         if not (
             isinstance(step, Assign) and isinstance(step.value, Call) and step.value.op in ("add", "sub")
         ):
-            return False
+            return None
         operands = step.value.args
         if not (operands[0] == Name(v) or (step.value.op == "add" and operands[1] == Name(v))):
-            return False
+            return None
         reads = [n for x in walk(s.body) for e in exprs_of(x) for n in names_in(e) if n in (v, t.id)]
         if len(reads) != 2 or sum(1 for x in walk(s.body) if isinstance(x, Assign) and x.target == v) != 1:
-            return False
-    return True
+            return None
+    return carried
 
 
 def _drop_idle_saves(stmts: list[Stmt]) -> list[Stmt]:
@@ -390,11 +472,18 @@ def _drop_idle_saves(stmts: list[Stmt]) -> list[Stmt]:
     return out
 
 
-def _drop_stores(stmts: list[Stmt], arrays: set[str]) -> list[Stmt]:
+def _drop_ids(stmts: list[Stmt], ids: set[int]) -> list[Stmt]:
+    return [map_blocks(s, lambda b: _drop_ids(b, ids)) for s in stmts if id(s) not in ids]
+
+
+def _drop_stores(
+    stmts: list[Stmt], arrays: set[str], keep: frozenset[int] | set[int] = frozenset()
+) -> list[Stmt]:
+    """``stmts`` without their stores to ``arrays`` (except the statements whose id() is in ``keep``)."""
     return [
-        map_blocks(s, lambda b: _drop_stores(b, arrays))
+        map_blocks(s, lambda b: _drop_stores(b, arrays, keep))
         for s in stmts
-        if not (isinstance(s, Store) and s.array in arrays)
+        if not (isinstance(s, Store) and s.array in arrays and id(s) not in keep)
     ]
 
 

@@ -88,16 +88,24 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
     variant = k.variant(plain, "adjoint", active, target)
     kept = {p: ctx.keep(args[p]) for p in variant.loaded}
     ctx.will_write(args[p] for p in variant.stored)
-    _run(k.variant(plain, "primal", target=target), n, plain)
-    ctx.record(
-        LaunchRecord(ctx, variant, n, plain, kept, shadows, [args[p].slot for p in variant.active_scalars])
-    )
+    primal = k.variant(plain, "primal", target=target)
+    slots = [args[p].slot for p in variant.active_scalars]
+    if ctx.fuse and ctx.at_top_level():
+        fused = k.variant(plain, "fused", active, target)
+        if fused.fuses:
+            record = LaunchRecord(ctx, fused, n, plain, kept, shadows, slots)
+            record.deferred = (primal, variant)
+            ctx.record(record)
+            ctx.pending = record
+            return
+    _run(primal, n, plain)
+    ctx.record(LaunchRecord(ctx, variant, n, plain, kept, shadows, slots))
 
 
 class LaunchRecord:
     """A recorded launch; its adjoint runs the adjoint launcher on kept values and shadows."""
 
-    __slots__ = ("args", "ctx", "kept", "n", "shadows", "slots", "variant")
+    __slots__ = ("args", "ctx", "deferred", "kept", "n", "shadows", "slots", "variant")
 
     def __init__(
         self,
@@ -111,6 +119,14 @@ class LaunchRecord:
     ) -> None:
         self.ctx, self.variant, self.n, self.args = ctx, variant, n, args
         self.kept, self.shadows, self.slots = kept, shadows, slots
+        self.deferred: tuple[Variant, Variant] | None = None  # (primal, adjoint) while the primal waits
+
+    def run_primal(self) -> None:
+        """Run the deferred primal launch; the plain adjoint then replaces the fused one."""
+        assert self.deferred is not None
+        primal, self.variant = self.deferred
+        self.deferred = None
+        _run(primal, self.n, self.args)
 
     def reverse(self) -> None:
         args = list(self.args)
@@ -120,6 +136,11 @@ class LaunchRecord:
             if p not in self.variant.stored:
                 kept.release()
         extras = [self.shadows[p] for p in self.variant.active_arrays]
-        partial = _run(self.variant, self.n, tuple(args), extras, self.shadows)
+        try:
+            partial = _run(self.variant, self.n, tuple(args), extras, self.shadows)
+        except BaseException:
+            if self.deferred is not None:  # a fused adjoint failed: the outputs are still made
+                _run(self.deferred[0], self.n, self.args)
+            raise
         for slot, value in zip(self.slots, partial, strict=True):
             self.ctx.add_active_adjoint(slot, float(value))

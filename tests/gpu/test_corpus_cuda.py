@@ -74,7 +74,8 @@ def test_gradient_on_device(case):
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_cpu_and_gpu_agree(case):
-    """Same inputs and seeds: the primal results and the gradients agree; repeated gradients agree."""
+    """Same inputs and seeds: the primal results and the gradients agree; repeated gradients agree, and so
+    do gradients whose last launch is fused (``autodiff(..., fuse=True)``)."""
     rng = np.random.default_rng(zlib.crc32(case.name.encode()) + 1)
     host = case.make_args(rng, case.dtype)
     seeds = {
@@ -84,12 +85,12 @@ def test_cpu_and_gpu_agree(case):
     }
     rtol = 1e-9 if case.dtype == np.float64 else 1e-4
 
-    def gradient(args: tuple) -> tuple[list, tuple]:
+    def gradient(args: tuple, fuse: bool = False) -> tuple[list, tuple]:
         initial = [arrays.to_host(v).copy() if hasattr(v, "shape") else v for v in values(args)]
         annotated = [
             pad.Dup(a.value, arrays.like(a.value, seeds[k])) if k in seeds else a for k, a in enumerate(args)
         ]
-        active = pad.autodiff(case.program, *annotated)
+        active = pad.autodiff(case.program, *annotated, fuse=fuse)
         results = [arrays.to_host(v).copy() for v in values(args) if hasattr(v, "shape")]
         shadows = [arrays.to_host(annotated[k].shadow).copy() for k in sorted(seeds)]
         for v, start in zip(values(args), initial, strict=True):
@@ -101,9 +102,12 @@ def test_cpu_and_gpu_agree(case):
     dev_args = on_device(host)
     gpu1, gpu1_active = gradient(dev_args)
     gpu2, gpu2_active = gradient(dev_args)
+    fused, fused_active = gradient(dev_args, fuse=True)
     scale = max(1.0, *(float(np.abs(a).max(initial=0)) for a in cpu))
-    for a, b, c in zip(cpu, gpu1, gpu2, strict=True):
+    for a, b, c, d in zip(cpu, gpu1, gpu2, fused, strict=True):
         np.testing.assert_allclose(b, a, rtol=rtol * 10, atol=rtol * scale)
         np.testing.assert_allclose(c, b, rtol=rtol, atol=rtol * scale)
+        np.testing.assert_allclose(d, b, rtol=rtol * 10, atol=rtol * scale)
     np.testing.assert_allclose(gpu1_active, cpu_active, rtol=rtol * 10, atol=rtol * scale)
     np.testing.assert_allclose(gpu2_active, gpu1_active, rtol=rtol, atol=rtol * scale)
+    np.testing.assert_allclose(fused_active, gpu1_active, rtol=rtol * 10, atol=rtol * scale)
