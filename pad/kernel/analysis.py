@@ -9,6 +9,7 @@ import numpy as np
 from pad.kernel.frontend import ArrayKind, KernelSyntaxError, Kind, scalar_type
 from pad.kernel.ir import (
     Assign,
+    Break,
     Call,
     Elem,
     Expr,
@@ -20,10 +21,12 @@ from pad.kernel.ir import (
     Name,
     Pop,
     Push,
+    Return,
     Stmt,
     Store,
     While,
     arrays_in,
+    assigned,
     exprs_of,
     loaded_arrays,
     names_in,
@@ -453,3 +456,67 @@ def exposed_under_guards(code: list[Stmt]) -> set[str]:
 
 def _assigned_in(stmts: list[Stmt]) -> set[str]:
     return {s.target for s in walk(stmts) if isinstance(s, Assign)}
+
+
+def carried_sums(loop: For) -> set[str] | None:
+    """The scalars ``loop`` carries from one iteration to the next if all are pure accumulators, else None.
+
+    A pure accumulator is updated once per iteration as ``v = v + w`` or ``v = v - w`` (directly, or through
+    one temporary) and read nowhere else in the body: its final value is the sum of the iterations' terms,
+    in any order.
+    """
+    carried = liveness(loop.body, set(), prune=False)[1] & assigned(loop.body)
+    defs = {x.target: x for x in walk(loop.body) if isinstance(x, Assign)}
+    for v in carried:
+        update = defs.get(v)
+        if not isinstance(update, Assign):
+            return None
+        via = [v]  # ``v = v + w``, or as lowered from ``v += w``: ``t = v + w; v = copy(t)`` (or ``v = t``)
+        step: Stmt | None = update
+        t = (
+            update.value.args[0]
+            if isinstance(update.value, Call) and update.value.op == "copy"
+            else update.value
+        )
+        if isinstance(t, Name):
+            via.append(t.id)
+            step = defs.get(t.id)
+        if not (
+            isinstance(step, Assign) and isinstance(step.value, Call) and step.value.op in ("add", "sub")
+        ):
+            return None
+        operands = step.value.args
+        if not (operands[0] == Name(v) or (step.value.op == "add" and operands[1] == Name(v))):
+            return None
+        reads = [n for x in walk(loop.body) for e in exprs_of(x) for n in names_in(e) if n in via]
+        if (
+            len(reads) != len(via)
+            or sum(1 for x in walk(loop.body) if isinstance(x, Assign) and x.target == v) != 1
+        ):
+            return None
+    return carried
+
+
+def split_loops(body: list[Stmt]) -> dict[int, set[str]]:
+    """Loops a group of GPU lanes can share, one iteration per lane in turn: id() -> the sums to combine.
+
+    An innermost ``for`` qualifies when it only reads memory and sums (:func:`carried_sums`): no stores,
+    stack operations, ``break`` or ``return``, and nothing it assigns but its sums is read after it. Each
+    lane then sums its share and the group adds the lanes' sums, after which all lanes hold the loop's
+    results. (Everything else the lanes of a group run alike, on the same values.)
+    """
+    found: dict[int, set[str]] = {}
+    loops = [s for s in walk(body) if isinstance(s, For)]
+    for loop in loops:
+        inner = list(walk(loop.body))
+        if any(isinstance(x, (For, While, Store, Fill, Push, Pop, Break, Return)) for x in inner):
+            continue
+        sums = carried_sums(loop)
+        if sums is None:
+            continue
+        private = (assigned(loop.body) | {loop.var}) - sums
+        inside = {id(x) for x in inner}
+        outside = [n for x in walk(body) if id(x) not in inside for e in exprs_of(x) for n in names_in(e)]
+        if not private & set(outside):
+            found[id(loop)] = sums
+    return found

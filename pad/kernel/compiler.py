@@ -86,6 +86,7 @@ class Variant:
     fuses: bool = False  # mode "fused": this variant makes the primal outputs too (see pad.autodiff(fuse=))
     # CUDA adjoints: tape slots per launch index when known at compile time, else a kernel that bounds them
     tape_slots: int = 0
+    shares_loops: bool = False  # CUDA: lanes of a group share the sum loops; the kernel takes ``_G``
     depth_launcher: Any = None
 
 
@@ -176,7 +177,7 @@ def build(
         uniform_adds = varying(body, launch_index, written)
         body = _converge(body, uniform_adds, low.namer, types, low.kinds)
         body = _sink(body, uniform_adds, low.namer, types, low.kinds)
-        variant.source = CUDA_MODULE_HEADER.format(origin=origin) + cuda_kernel_source(
+        source, variant.shares_loops = cuda_kernel_source(
             launcher,
             launch_index,
             body,
@@ -186,6 +187,7 @@ def build(
             fastmath,
             varying(body, launch_index, written),
         )
+        variant.source = CUDA_MODULE_HEADER.format(origin=origin) + source
         pushes = [s for s in walk(body) if isinstance(s, Push)]
         if rev is not None and pushes and _pushes_in_loops(body):
             variant.depth_launcher = _depth_kernel(rev, fn.__name__, launcher, launch_index, origin, fastmath)
@@ -339,10 +341,10 @@ def _depth_kernel(
     counter = Launcher(
         name, launcher.params, ["_depth"], locals=[s for s in walk(rev.body) if isinstance(s, LocalArray)]
     )
-    source = CUDA_MODULE_HEADER.format(origin=origin + " stack depth") + cuda_kernel_source(
-        counter, launch_index, body, rev.types, rev.kinds, [], fastmath, set()
+    source, _ = cuda_kernel_source(
+        counter, launch_index, body, rev.types, rev.kinds, [], fastmath, set(), share_loops=False
     )
-    return _load(name, source)
+    return _load(name, CUDA_MODULE_HEADER.format(origin=origin + " stack depth") + source)
 
 
 def _buffer(kind: str, param: str, mode: str) -> str:

@@ -1,4 +1,5 @@
-"""Device helpers that generated CUDA kernels call: warp sums for accumulations into shared elements, and
+"""Device helpers that generated CUDA kernels call: warp sums for accumulations into shared elements, sums
+over the lanes of a group that shares a loop (``group_sum``), and
 the few scalar operations numba's CUDA target lacks (NumPy's float floor and ceil).
 
 For ``arr[j] += value`` with ``j`` probably the same on every lane of a warp (an adjoint accumulating into
@@ -31,6 +32,27 @@ def warp_sum(v):  # type: ignore[no-untyped-def]
     v += cuda.shfl_xor_sync(FULL, v, 2)
     v += cuda.shfl_xor_sync(FULL, v, 1)
     return v
+
+
+@cuda.jit(device=True)
+def group_sum(v, g):  # type: ignore[no-untyped-def]
+    """The sum of ``v`` over this lane's group of ``g`` consecutive lanes (a power of two, at most 32), on
+    every lane of the group; only the group's lanes need to be here."""
+    first = cuda.laneid - cuda.laneid % g
+    mask = np.uint32(((1 << g) - 1) << first)
+    o = g // 2
+    while o > 0:
+        v += cuda.shfl_xor_sync(mask, v, o)
+        o //= 2
+    return v
+
+
+@cuda.jit(device=True)
+def group_sync(g):  # type: ignore[no-untyped-def]
+    """Wait until every lane of this lane's group of ``g`` (as in ``group_sum``) is here."""
+    if g > 1:
+        first = cuda.laneid - cuda.laneid % g
+        cuda.syncwarp(np.uint32(((1 << g) - 1) << first))
 
 
 @cuda.jit(device=True)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pad.kernel.analysis import split_loops
 from pad.kernel.frontend import ArrayKind, Kind
 from pad.kernel.ir import (
     Assign,
@@ -30,6 +31,7 @@ from pad.kernel.ir import (
     While,
     arrays_in,
     exprs_of,
+    loaded_arrays,
     names_in,
     walk,
 )
@@ -122,6 +124,7 @@ class Printer:
                 self.emit(s.body, indent + 1)
                 if not s.body:
                     self.lines.append(f"{pad}    pass")
+                self.lines += [pad + line for line in self.loop_footer(s)]
             elif isinstance(s, While):
                 self.lines.append(f"{pad}while True:")
                 self.emit(s.test, indent + 1)
@@ -143,6 +146,9 @@ class Printer:
     def loop_header(self, s: For) -> list[str]:
         bounds = ", ".join(self.expr(x, "i") for x in (s.start, s.stop, s.step))
         return [f"for {s.var} in range({bounds}):"]
+
+    def loop_footer(self, s: For) -> list[str]:
+        return []
 
     def index(self, s: Store) -> str:
         return ", ".join(self.expr(x, "i") for x in s.index)
@@ -251,6 +257,10 @@ class CudaPrinter(Printer):
     atomic: set[str] = field(default_factory=set)  # arrays some thread accumulates into at a shared index
     tiles: dict[str, int] = field(default_factory=dict)  # arrays staged in shared memory -> halo width
     offsets: dict[str, int] = field(default_factory=dict)  # names holding launch index + constant
+    # Loops the ``_G`` lanes of a group share (analysis.split_loops): id() -> the sums the group adds up.
+    # In such a kernel every lane of a group runs the rest alike, and only its first lane stores.
+    split: dict[int, set[str]] = field(default_factory=dict)
+    fenced: bool = False  # such a kernel reads arrays it stores into: the group meets around stores
 
     def template(self, op: str) -> str:
         return RULES[op].cuda or RULES[op].template
@@ -286,7 +296,18 @@ class CudaPrinter(Printer):
         lines += [f"        {self.atomic_add(s, w)}" for w, s in zip(sums, run, strict=True)]
         lines.append("else:")
         lines += [f"    {self.atomic_add(s, self.expr(s.value, self.type_of(s.array)))}" for s in run]
-        return lines
+        return self.first_lane(lines)
+
+    def first_lane(self, lines: list[str]) -> list[str]:
+        """``lines`` run by one lane of each group in a kernel whose groups share loops (else by all).
+
+        Where the kernel also reads what it stores, the group's lanes meet before and after the store: none
+        reads the element after the store before its own earlier read, and all read it after the store.
+        """
+        if not self.split:
+            return lines
+        fence = ["group_sync(_G)"] if self.fenced else []
+        return [*fence, "if _lane == 0:", *("    " + line for line in lines), *fence]
 
     def atomic_add(self, s: Store, value: str) -> str:
         index = self.index(s) if len(s.index) == 1 else f"({self.index(s)})"
@@ -301,14 +322,22 @@ class CudaPrinter(Printer):
             value = self.expr(s.value, self.type_of(s.array))
             return [f"cuda.atomic.add(_tile{array}, cuda.threadIdx.x + {offset}, {value})"]
         if not s.accumulate or array not in self.atomic:
-            return super().store(s)
+            return self.first_lane(super().store(s))
         # Also ``x[i] += v`` at the thread's own index: another thread may be adding to x[i] atomically.
-        return [self.atomic_add(s, self.expr(s.value, self.type_of(s.array)))]
+        return self.first_lane([self.atomic_add(s, self.expr(s.value, self.type_of(s.array)))])
 
     def loop_header(self, s: For) -> list[str]:
         """Iterations whose order does not matter (``UNORDERED`` loop variables) start at a different
         iteration in each warp: warps that accumulate into ``x[k]`` then hit different addresses at a time
         instead of all queueing on the same one."""
+        if id(s) in self.split:  # each lane sums its share from zero; the footer adds the shares
+            start, stop, step = (self.expr(x, "i") for x in (s.start, s.stop, s.step))
+            sums = sorted(self.split[id(s)])
+            return [
+                *(f"_before{v} = {v}" for v in sums),
+                *(f"{v} = {_ZERO[self.type_of(v)]}" for v in sums),
+                f"for {s.var} in range({start} + ({step}) * _lane, {stop}, ({step}) * _G):",
+            ]
         if not s.var.startswith(UNORDERED):
             return super().loop_header(s)
         assert s.start == Lit(0) and s.step == Lit(1)
@@ -320,6 +349,10 @@ class CudaPrinter(Printer):
             f"    if {s.var} >= {stop}:",
             f"        {s.var} -= {stop}",
         ]
+
+    def loop_footer(self, s: For) -> list[str]:
+        """After a shared loop, every lane of the group adds the lanes' shares to the sums' values before it."""
+        return [f"{v} = _before{v} + group_sum({v}, _G)" for v in sorted(self.split.get(id(s), ()))]
 
     def push(self, s: Push) -> list[str]:
         return [
@@ -353,8 +386,11 @@ def cuda_kernel_source(
     init: list[str],
     fastmath: bool,
     varying: set[str],
-) -> str:
-    """The Python source of a ``@cuda.jit`` kernel running ``body`` for one launch index per thread.
+    share_loops: bool = True,
+) -> tuple[str, bool]:
+    """The Python source of a ``@cuda.jit`` kernel running ``body`` for one launch index per thread, or per
+    group of ``_G`` threads where its innermost sum loops can be shared (:func:`split_loops`): a launch of few
+    indices then still fills the GPU.
 
     Active scalars' adjoints are summed per block in shared memory, then added to ``_act`` atomically:
     one atomic per block, not per thread.
@@ -365,11 +401,23 @@ def cuda_kernel_source(
     tiles = _tiled(body, atomic, offsets, kinds)
     p = CudaPrinter(types, kinds, varying=varying, ranks=ranks, atomic=atomic, tiles=tiles, offsets=offsets)
     uses_tape = any(isinstance(s, (Push, Pop)) for s in walk(body))
+    # Groups of lanes share loops only where each lane's state is its own: no tape, tiles or block sums.
+    p.split = split_loops(body) if share_loops and not tiles else {}
+    stored = {s.array.removeprefix("_pv") for s in walk(body) if isinstance(s, Store)}
+    p.fenced = bool(stored & loaded_arrays(body))
     args = ", ".join(
-        ["_n", *launcher.params, *launcher.extras, *(["_tape", "_overflow"] if uses_tape else [])]
+        [
+            "_n",
+            *(["_G"] if p.split else []),
+            *launcher.params,
+            *launcher.extras,
+            *(["_tape", "_overflow"] if uses_tape else []),
+        ]
     )
     p.lines += [f"@cuda.jit(fastmath={fastmath}, cache=True)", f"def {launcher.name}({args}):"]
     p.lines.append("    _tid = cuda.grid(1)")
+    if p.split:  # _G consecutive lanes (a power of two, at most 32) per launch index
+        p.lines += ["    _lane = _tid % _G", "    _tid //= _G"]
     for acc in launcher.accumulators:
         p.lines.append(f"    _acc{acc} = 0.0")
     for array, halo in tiles.items():
@@ -393,7 +441,7 @@ def cuda_kernel_source(
         p.lines.append(f"        {name} = {_ZERO.get(p.type_of(name), '0.0')}")
     p.emit(body, 2)
     for acc in launcher.accumulators:
-        p.lines.append(f"        _acc{acc} += {acc}")
+        p.lines += ["        " + line for line in p.first_lane([f"_acc{acc} += {acc}"])]
     if tiles:
         p.lines.append("    cuda.syncthreads()")
     for array, halo in tiles.items():
@@ -428,7 +476,7 @@ def cuda_kernel_source(
             f"        cuda.atomic.add(_act, (0, {slot}), _sum[{slot}, 0])"
             for slot in range(len(launcher.accumulators))
         ]
-    return "\n".join(p.lines) + "\n"
+    return "\n".join(p.lines) + "\n", bool(p.split)
 
 
 def _launch_offsets(body: list[Stmt], launch_index: str) -> dict[str, int]:
@@ -485,7 +533,16 @@ import math
 
 import numpy as np
 
-from pad.kernel.cuda_runtime import WARP_SHUFFLES, _ceil, _floor, _tripcount, uniform, warp_sum  # first: numpy shim
+from pad.kernel.cuda_runtime import (  # first: the numpy shim
+    WARP_SHUFFLES,
+    _ceil,
+    _floor,
+    _tripcount,
+    group_sum,
+    group_sync,
+    uniform,
+    warp_sum,
+)
 from numba import cuda
 
 """

@@ -23,6 +23,7 @@ from pad.kernel.analysis import (
     NO_DEFINITIONS,
     Activity,
     Definitions,
+    carried_sums,
     exposed_under_guards,
     liveness,
     owned,
@@ -409,39 +410,19 @@ class Reverse:
 
 
 def _order_free(s: For, rev_body: list[Stmt]) -> set[str] | None:
-    """Can the reverse iterations of a recomputed loop run in any order?
+    """Can the reverse iterations of a recomputed loop run in any order? Then the carried sums, else None.
 
-    True when an iteration's reverse pops nothing (nothing carried), the body writes no array element
+    Yes when an iteration's reverse pops nothing (nothing carried), the body writes no array element
     plainly (only ``+=``, whose adjoint reads a shadow it does not change), and every scalar carried from
-    one iteration to the next is a pure accumulator (``v = v + w`` or ``v = v - w``, used nowhere else): then
-    the adjoint of each carried scalar is the same in every iteration, and the iterations' contributions
-    to the other adjoints are sums, which commute.
+    one iteration to the next is a pure accumulator (:func:`carried_sums`): then the adjoint of each carried
+    scalar is the same in every iteration, and the iterations' contributions to the other adjoints are sums,
+    which commute.
     """
     if any(isinstance(x, Pop) for x in rev_body):
         return None
     if any(isinstance(x, Store) and not x.accumulate for x in walk(s.body)):
         return None
-    carried = liveness(s.body, set(), prune=False)[1] & assigned(s.body)
-    defs = {x.target: x for x in walk(s.body) if isinstance(x, Assign)}
-    for v in carried:
-        update = defs.get(v)
-        if not (isinstance(update, Assign) and isinstance(update.value, Call) and update.value.op == "copy"):
-            return None
-        t = update.value.args[0]
-        if not isinstance(t, Name):
-            return None
-        step = defs.get(t.id)
-        if not (
-            isinstance(step, Assign) and isinstance(step.value, Call) and step.value.op in ("add", "sub")
-        ):
-            return None
-        operands = step.value.args
-        if not (operands[0] == Name(v) or (step.value.op == "add" and operands[1] == Name(v))):
-            return None
-        reads = [n for x in walk(s.body) for e in exprs_of(x) for n in names_in(e) if n in (v, t.id)]
-        if len(reads) != 2 or sum(1 for x in walk(s.body) if isinstance(x, Assign) and x.target == v) != 1:
-            return None
-    return carried
+    return carried_sums(s)
 
 
 def _drop_idle_saves(stmts: list[Stmt]) -> list[Stmt]:

@@ -1,6 +1,7 @@
 """Running kernels as CUDA threads on GPU arrays (CuPy arrays or numba device arrays).
 
-One thread per launch index, ``BLOCK`` threads per block. Shared elements are updated with (warp-aggregated)
+One thread per launch index, ``BLOCK`` threads per block; or, for a launch of few indices whose kernel sums
+in inner loops, a group of threads per index that shares those loops. Shared elements are updated with (warp-aggregated)
 atomics inside the kernel, so nothing is reduced afterwards. The adjoint's stack is one preallocated
 ``(slots, n)`` float64 tape per launch: ``slots`` is known at compile time for kernels whose pushes are
 outside loops, otherwise a first kernel computes each index's bound. Tape memory is reported in ``stats``
@@ -71,6 +72,22 @@ def _blocks(n: int) -> int:
     return (n + BLOCK - 1) // BLOCK
 
 
+_multiprocessors: list[int] = []
+
+
+def _lanes_per_index(n: int) -> int:
+    """Lanes per launch index for a kernel whose groups share loops: enough to give the GPU about 1024
+    threads per multiprocessor (a power of two, at most 16). One on numba's simulator, which has no shuffles."""
+    if _simulated():
+        return 1
+    if not _multiprocessors:
+        _multiprocessors.append(int(cuda.get_current_device().MULTIPROCESSOR_COUNT))
+    lanes = 1
+    while lanes < 16 and 2 * lanes * n <= 1024 * _multiprocessors[0]:
+        lanes *= 2
+    return lanes
+
+
 def _slots(variant: Variant, n: int, args: Sequence[Any], like: Any) -> int:
     """Tape slots per launch index the adjoint needs (compile-time, or bounded by the depth kernel)."""
     if variant.depth_launcher is None:
@@ -82,15 +99,17 @@ def _slots(variant: Variant, n: int, args: Sequence[Any], like: Any) -> int:
 
 def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = ()) -> np.ndarray:
     """Run ``variant`` for indices ``range(n)`` on the GPU; returns the adjoints of active scalars."""
+    lanes = _lanes_per_index(n) if variant.shares_loops else 1
+    head = [n, lanes] if variant.shares_loops else [n]
     if variant.mode != "adjoint" or not (variant.active_scalars or variant.tape_slots):
         if n:
-            _launch(variant.launcher, _blocks(n), [n, *args, *extras])
+            _launch(variant.launcher, _blocks(n * lanes), [*head, *args, *extras])
         return _NO_OUTPUTS
     outputs = np.zeros(len(variant.active_scalars))
     if n == 0:
         return outputs
     like = next(a for a in (*args, *extras) if arrays.is_device(a))
-    call = [n, *args, *extras]
+    call = [*head, *args, *extras]
     act = None
     if variant.active_scalars:
         act = arrays.zeros(like, (1, len(variant.active_scalars)), np.float64)
@@ -111,7 +130,7 @@ def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = (
         stats["peak_tape_bytes"] = max(stats["peak_tape_bytes"], nbytes)
         overflow = arrays.zeros(like, (1,), np.int32)
         call += [arrays.empty(like, (slots, n), np.float64), overflow]
-    _launch(variant.launcher, _blocks(n), call)
+    _launch(variant.launcher, _blocks(n * lanes), call)
     if overflow is not None and int(arrays.to_host(overflow)[0]):
         raise TapeOverflow(
             f"pad.launch({variant.kernel}): the adjoint overflowed its tape; please report this kernel"

@@ -144,3 +144,47 @@ def calls_allocating_helper(i, x):
 def test_helper_that_allocates_is_refused_with_its_line():
     with pytest.raises(pad.KernelSyntaxError, match=r"test_cuda.py:\d+.*np.zeros"):
         pad.launch(calls_allocating_helper, 4, device(np.ones(4)))
+
+
+@pad.kernel
+def pair_sums(i, x, q, e):
+    total = 1.0
+    for k in range(1, 3):  # the inner loop adds to what the outer one carries
+        for j in range(x.shape[0]):
+            d = x[i] - x[j]
+            total += k * q[j] * d * d
+    e[i] = total
+
+
+@pad.kernel
+def sum_and_last(i, x, e):
+    total = 0.0
+    last = 0.0
+    for j in range(i, x.shape[0]):
+        total += x[j]
+        last = x[j]  # read after the loop: the loop cannot be shared
+    e[i] = total + last
+
+
+def test_launch_of_few_indices_shares_its_sum_loops_and_agrees_with_numpy():
+    """On a GPU a group of lanes shares each launch index's inner sum loop (one lane on the simulator)."""
+    rng = np.random.default_rng(11)
+    x, q = rng.uniform(-1, 1, 3000), rng.uniform(-1, 1, 3000)
+    assert pair_sums.variant((x, q, x), "primal", target="cuda").shares_loops
+    assert not sum_and_last.variant((x, x), "primal", target="cuda").shares_loops
+    for n in (1, 7, 640):
+        e = device(np.zeros(n))
+        pad.launch(pair_sums, n, device(x), device(q), e)
+        expected = 1 + 3 * ((x[:n, None] - x[None, :]) ** 2 * q[None, :]).sum(axis=1)
+        np.testing.assert_allclose(arrays.to_host(e), expected, rtol=1e-12, atol=1e-12)
+        e = device(np.zeros(n))
+        pad.launch(sum_and_last, n, device(x), e)
+        expected = np.array([x[i:].sum() + x[-1] for i in range(n)])
+        np.testing.assert_allclose(arrays.to_host(e), expected, rtol=1e-12, atol=1e-12)
+    dx, dq = np.zeros(3000), np.zeros(3000)
+    pad.check_grad(
+        lambda x, q, e: pad.launch(pair_sums, 5, x, q, e),
+        pad.Dup(device(x[:40].copy()), device(dx[:40].copy())),
+        pad.Dup(device(q[:40].copy()), device(dq[:40].copy())),
+        pad.Dup(device(np.zeros(5)), device(np.zeros(5))),
+    )
