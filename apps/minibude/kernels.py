@@ -18,8 +18,8 @@ Two launches make one evaluation:
    ``a * min(d - radij, 0) + chrg * min(d - (radij + elcdst), 0) + dslv * min(d - (radij + distdslv), 0)``
 
    with ``a = steric - chrg - dslv``: three ``min``s, no branch, and an adjoint of three compares per pair.
-2. :func:`fasten` (one launch index per block of ``ppwi`` consecutive poses, one pose at a time; the GPU
-   kernel, with ``ppwi`` 1) and :func:`fasten_x4` (the CPU kernel: four poses at a time) rotate and translate
+2. :func:`fasten` (one launch index per block of ``ppwi`` consecutive poses, one pose at a time; used when
+   ``ppwi`` < 4) and :func:`fasten_x4` (four poses at a time; the default on CPUs and GPUs) rotate and translate
    each ligand atom by a pose and sum the pair energies over the protein atoms in the innermost loop, which
    vectorizes over protein atoms (their coordinates and coefficients are stored contiguously for that).
    Four poses per pass load each protein atom once for four pair energies, keep four independent sums (the
