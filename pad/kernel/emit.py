@@ -401,8 +401,9 @@ def cuda_kernel_source(
     tiles = _tiled(body, atomic, offsets, kinds)
     p = CudaPrinter(types, kinds, varying=varying, ranks=ranks, atomic=atomic, tiles=tiles, offsets=offsets)
     uses_tape = any(isinstance(s, (Push, Pop)) for s in walk(body))
-    # Groups of lanes share loops only where each lane's state is its own: no tape, tiles or block sums.
-    p.split = split_loops(body) if share_loops and not tiles else {}
+    # Not with a tape (the group's lanes would reuse one column's slots out of step) or shared-memory tiles
+    # (slots per thread).
+    p.split = split_loops(body) if share_loops and not (uses_tape or tiles) else {}
     stored = {s.array.removeprefix("_pv") for s in walk(body) if isinstance(s, Store)}
     p.fenced = bool(stored & loaded_arrays(body))
     args = ", ".join(
@@ -416,7 +417,7 @@ def cuda_kernel_source(
     )
     p.lines += [f"@cuda.jit(fastmath={fastmath}, cache=True)", f"def {launcher.name}({args}):"]
     p.lines.append("    _tid = cuda.grid(1)")
-    if p.split:  # _G consecutive lanes (a power of two, at most 32) per launch index
+    if p.split:  # _G consecutive lanes (a power of two, at most 16) per launch index
         p.lines += ["    _lane = _tid % _G", "    _tid //= _G"]
     for acc in launcher.accumulators:
         p.lines.append(f"    _acc{acc} = 0.0")
