@@ -35,11 +35,16 @@ def warp_sum(v):  # type: ignore[no-untyped-def]
 
 
 @cuda.jit(device=True)
+def group_mask(g):  # type: ignore[no-untyped-def]
+    """The warp mask of this lane's group of ``g`` consecutive lanes (a power of two, at most 32)."""
+    return np.uint32(((1 << g) - 1) << (cuda.laneid - cuda.laneid % g))
+
+
+@cuda.jit(device=True)
 def group_sum(v, g):  # type: ignore[no-untyped-def]
-    """The sum of ``v`` over this lane's group of ``g`` consecutive lanes (a power of two, at most 32), on
-    every lane of the group; only the group's lanes need to be here."""
-    first = cuda.laneid - cuda.laneid % g
-    mask = np.uint32(((1 << g) - 1) << first)
+    """The sum of ``v`` over this lane's group of ``g`` lanes, on every lane of the group; only the group's
+    lanes need to be here."""
+    mask = group_mask(g)
     o = g // 2
     while o > 0:
         v += cuda.shfl_xor_sync(mask, v, o)
@@ -49,10 +54,9 @@ def group_sum(v, g):  # type: ignore[no-untyped-def]
 
 @cuda.jit(device=True)
 def group_sync(g):  # type: ignore[no-untyped-def]
-    """Wait until every lane of this lane's group of ``g`` (as in ``group_sum``) is here."""
+    """Wait until every lane of this lane's group of ``g`` lanes is here."""
     if g > 1:
-        first = cuda.laneid - cuda.laneid % g
-        cuda.syncwarp(np.uint32(((1 << g) - 1) << first))
+        cuda.syncwarp(group_mask(g))
 
 
 @cuda.jit(device=True)

@@ -140,7 +140,7 @@ class LaunchRecord:
             partial = _run(self.variant, self.n, tuple(args), extras, self.shadows)
         except BaseException:
             if self.deferred is not None:  # a fused adjoint failed: the outputs are still made
-                _run(self.deferred[0], self.n, self.args)
+                self.run_primal()
             raise
         for slot, value in zip(self.slots, partial, strict=True):
             self.ctx.add_active_adjoint(slot, float(value))
