@@ -4,9 +4,14 @@ A rank's block of a Cartesian grid of ranks exchanges regions with its up to ``3
 (faces, edges, corners). Two layouts:
 - shared points (``ghost=0``): neighbouring blocks both hold the points on their common boundary
   (LULESH's nodes); ``exchange(a, "sum")`` adds the neighbours' values there, so every copy of a shared
-  point ends up with the total;
+  point ends up with the total; ``exchange(a, "copy")`` gives every copy the value held by the highest
+  rank that shares the point (LULESH's synchronisation of positions);
 - ghost layers (``ghost=w``): each block has ``w`` layers of ghost points on every side;
   ``exchange(a, "copy")`` fills them with the neighbours' edge values.
+Other layouts (ghost elements stored apart from the block, faces only) are links built by hand: a region is
+any NumPy index of the block's axes (a tuple of slices, or an integer index array into a flat axis), or
+``None`` where nothing is sent or received. Leading axes of ``a`` beyond the block's are fields: a
+``(3, *block)`` array moves its three fields in one message per neighbour.
 Differentiation: packing is a gather (adjoint: add back), the messages are pad's Isend/Irecv, unpacking
 adds (adjoint: the shadow is read back) or copies (adjoint: read back, then zeroed).
 """
@@ -14,22 +19,31 @@ adds (adjoint: the shadow is read back) or copies (adjoint: read back, then zero
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import numpy as np
 
-from pad import tape
+from pad import arrays, tape
 from pad.mpi._core import Adjoint, Comm, Request, float_shadow
 
-Region = tuple[slice, ...]
+Region = Any  # a tuple of slices, or an integer index array into a flat axis
 
 
 class Halo:
     """The links of one rank: for each neighbour, its rank, the region sent and the region received."""
 
-    def __init__(self, comm: Comm, links: list[tuple[int, Region, Region, int, int]]) -> None:
-        """``links``: ``(neighbour, send_region, recv_region, send_tag, recv_tag)`` per neighbour."""
+    def __init__(
+        self,
+        comm: Comm,
+        links: list[tuple[int, Region | None, Region | None, int, int]],
+        *,
+        shared: bool = False,
+    ) -> None:
+        """``links``: ``(neighbour, send_region, recv_region, send_tag, recv_tag)`` per neighbour;
+        ``shared``: the regions are points both ranks hold (see ``exchange``)."""
         self.comm = comm
         self.links = links
+        self.shared = shared
 
     @classmethod
     def structured(
@@ -51,7 +65,7 @@ class Halo:
             )
         offsets = [o for o in itertools.product((-1, 0, 1), repeat=len(dims)) if any(o)]
         me = np.array(np.unravel_index(comm.rank, dims))
-        links = []
+        links: list[tuple[int, Region, Region, int, int]] = []
         for k, off in enumerate(offsets):
             where = me + off
             if periodic:
@@ -62,25 +76,38 @@ class Halo:
             send = tuple(_side(o, n, ghost, outer=False) for o, n in zip(off, shape, strict=True))
             recv = tuple(_side(o, n, ghost, outer=True) for o, n in zip(off, shape, strict=True))
             links.append((rank, send, recv, k, offsets.index(tuple(-o for o in off))))
-        return cls(comm, links)
+        return cls(comm, links, shared=ghost == 0)
 
-    def exchange(self, a: np.ndarray, op: str = "sum") -> None:
-        """Send each neighbour its region of ``a``; add (``"sum"``) or copy (``"copy"``) what comes back."""
+    def exchange(self, a: Any, op: str = "sum") -> None:
+        """Send each neighbour its region of ``a``; add (``"sum"``) or copy (``"copy"``) what comes back.
+
+        Copying shared points sends only to lower ranks and receives only from higher ones, unpacking in
+        increasing rank, so every copy of a point ends up with the highest sharer's value.
+        """
         if op not in ("sum", "copy"):
             raise ValueError(f"pad.mpi.Halo.exchange: op must be 'sum' or 'copy', got {op!r}")
+        me, owner_wins = self.comm.rank, self.shared and op == "copy"
+        links = [
+            (
+                rank,
+                None if owner_wins and rank > me else send,
+                None if owner_wins and rank < me else recv,
+                st,
+                rt,
+            )
+            for rank, send, recv, st, rt in self.links
+        ]
         ctx = tape.current()
-        outgoing = [_pack(ctx, a, send) for _, send, _, _, _ in self.links]
-        incoming = [np.empty(a[recv].shape, a.dtype) for _, _, recv, _, _ in self.links]
-        reqs = [
-            self.comm.Irecv(buf, rank, rtag)
-            for buf, (rank, _, _, _, rtag) in zip(incoming, self.links, strict=True)
+        outgoing = [(rank, tag, _pack(ctx, a, send)) for rank, send, _, tag, _ in links if send is not None]
+        incoming = [
+            (rank, tag, recv, arrays.empty(a, a[_at(recv)].shape, a.dtype))
+            for rank, _, recv, _, tag in links
+            if recv is not None
         ]
-        reqs += [
-            self.comm.Isend(buf, rank, stag)
-            for buf, (rank, _, _, stag, _) in zip(outgoing, self.links, strict=True)
-        ]
+        reqs = [self.comm.Irecv(buf, rank, tag) for rank, tag, _, buf in incoming]
+        reqs += [self.comm.Isend(buf, rank, tag) for rank, tag, buf in outgoing]
         Request.Waitall(reqs)
-        for buf, (_, _, recv, _, _) in zip(incoming, self.links, strict=True):
+        for _, _, recv, buf in sorted(incoming, key=lambda link: link[0]) if owner_wins else incoming:
             _unpack(ctx, a, recv, buf, op == "sum")
 
 
@@ -96,8 +123,14 @@ def _side(o: int, n: int, w: int, *, outer: bool) -> slice:
     return slice(w, 2 * w) if o < 0 else slice(n - 2 * w, n - w)
 
 
-def _pack(ctx: tape.Context | None, a: np.ndarray, region: Region) -> np.ndarray:
+def _at(region: Region) -> tuple:
+    """The index of ``region`` in an array whose leading axes are fields: ``(..., *region)``."""
+    return (Ellipsis, *region) if isinstance(region, tuple) else (Ellipsis, region)
+
+
+def _pack(ctx: tape.Context | None, a: Any, region: Region) -> Any:
     """``a[region]`` as a new contiguous array. Tangent: the same gather; adjoint: add back, zero."""
+    region = _at(region)
     out = a[region].copy()
     da = None if ctx is None else ctx.shadow(a)
     if ctx is None or da is None:
@@ -115,9 +148,10 @@ def _pack(ctx: tape.Context | None, a: np.ndarray, region: Region) -> np.ndarray
     return out
 
 
-def _unpack(ctx: tape.Context | None, a: np.ndarray, region: Region, buf: np.ndarray, add: bool) -> None:
+def _unpack(ctx: tape.Context | None, a: Any, region: Region, buf: Any, add: bool) -> None:
     """``a[region] += buf`` or ``a[region] = buf``. Adjoint: ``buf``'s shadow reads ``a[region]``'s
     (which a copy then zeroes)."""
+    region = _at(region)
     if ctx is not None:
         ctx.will_write([a])
     if add:

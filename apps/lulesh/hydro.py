@@ -1,0 +1,258 @@
+"""The LULESH time step on pad: launches of the kernels, halo exchanges and the time-step reduction.
+
+``Hydro`` owns one rank's mesh, its scratch arrays and its halos; the state that a cycle carries from one
+to the next is a ``State``, passed explicitly so that ``pad.autodiff`` can seed and differentiate it. Every
+loop is a ``pad.launch`` and every message a ``pad.mpi`` call, so the whole cycle, set-up included, can
+run inside ``autodiff``; nothing between launches touches a state array with NumPy.
+
+One cycle (the original's ``TimeIncrement`` then ``LagrangeLeapFrog``), in launches:
+
+1. ``k_dt_candidate`` -> ``Allreduce`` MIN over ranks -> ``k_time_increment``
+2. ``k_element_forces`` (stress and hourglass forces per corner) -> ``k_gather_forces`` (per node) ->
+   halo sum of the forces -> ``k_advance_nodes`` -> halo copy of positions and velocities
+3. ``k_kinematics`` -> ``k_monoq_gradients`` -> ghost exchange of the velocity gradients -> ``k_monoq``
+   -> ``k_eos`` once per repetition level -> ``k_update_volumes``
+4. ``k_time_constraints`` (per chunk of elements) -> ``k_time_reduce``
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+import pad
+import pad.mpi
+from apps.lulesh import kernels as K
+from apps.lulesh.mesh import Mesh
+
+STOPTIME = 1.0e-2
+DTMAX = 1.0e-2
+DT_MULT_LB = 1.1
+DT_MULT_UB = 1.2
+
+PARAMETERS = ("einit", "hgcoef", "qqc", "qlc_monoq", "qqc_monoq", "ss4o3", "monoq_limiter_mult")
+"""The model's parameters, in the order of the ``params`` array (``kernels.EINIT`` ...)."""
+
+GAMMA = np.array(
+    [
+        [1.0, 1.0, -1.0, -1.0, -1.0, -1.0, 1.0, 1.0],
+        [1.0, -1.0, -1.0, 1.0, -1.0, 1.0, 1.0, -1.0],
+        [1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0],
+        [-1.0, 1.0, -1.0, 1.0, 1.0, -1.0, 1.0, -1.0],
+    ]
+)
+"""The four hourglass base vectors."""
+
+VOLUME_ERROR, QSTOP_ERROR = -1, -2
+"""The original's exit codes (``exit(VolumeError)``, ``exit(QStopError)``)."""
+
+
+def default_parameters(nx: int, tp: int) -> dict[str, float]:
+    """The original's values; ``einit`` scaled to the mesh (3.948746e7 for 45 elements a side)."""
+    scale = (nx * tp) / 45.0
+    return {
+        "einit": 3.948746e7 * scale * scale * scale,
+        "hgcoef": 3.0,
+        "qqc": 2.0,
+        "qlc_monoq": 0.5,
+        "qqc_monoq": 2.0 / 3.0,
+        "ss4o3": 4.0 / 3.0,
+        "monoq_limiter_mult": 2.0,
+    }
+
+
+class Abort(Exception):
+    """A physics abort of the original (negative volume, q above qstop), agreed on every rank."""
+
+    def __init__(self, code: int, cycle: int, element: int, rank: int, what: str) -> None:
+        self.code, self.cycle, self.element, self.rank = code, cycle, element, rank
+        name = "VolumeError" if code == VOLUME_ERROR else "QStopError"
+        super().__init__(f"{name}: {what} in element {element} of rank {rank} at cycle {cycle}")
+
+
+FAULTS = {
+    K.DETERM: (VOLUME_ERROR, "non-positive Jacobian determinant"),
+    K.VOLUME: (VOLUME_ERROR, "non-positive relative volume"),
+    K.VNEW: (VOLUME_ERROR, "non-positive new relative volume"),
+    K.QSTOP_BIT: (QSTOP_ERROR, "artificial viscosity q above qstop"),
+    K.EOS_VOLUME: (VOLUME_ERROR, "non-positive volume in the EOS"),
+}
+
+
+@dataclass
+class State:
+    """What one cycle reads and writes and the next reads again (one rank's part)."""
+
+    xv: Any  # (6, nnode) x, y, z, xd, yd, zd
+    nodal_mass: Any
+    e: Any
+    p: Any
+    q: Any
+    v: Any
+    ss: Any
+    volo: Any
+    elem_mass: Any
+    clock: Any  # kernels.TIME, DT, DTCOURANT, DTHYDRO
+    params: Any  # kernels.EINIT, ... in PARAMETERS order
+
+    def arrays(self) -> list[Any]:
+        return [getattr(self, f.name) for f in dataclasses.fields(self)]
+
+    def copy(self) -> State:
+        return State(*(a.copy() for a in self.arrays()))
+
+
+class Hydro:
+    """One rank's share of a LULESH run: mesh, scratch arrays, halos, and the kernels' launches."""
+
+    def __init__(self, mesh: Mesh, comm: pad.mpi.Comm, xp: Any = np) -> None:
+        self.mesh, self.comm, self.xp = mesh, comm, xp
+        self.rank = comm.rank
+        nelem, nnode = mesh.nelem, mesh.nnode
+        dev = xp.asarray
+        self.nodelist = dev(mesh.nodelist)
+        self.corner_start = dev(mesh.corner_start)
+        self.corner_list = dev(mesh.corner_list)
+        self.neighbours = dev(mesh.neighbours)
+        self.symmetry = dev(mesh.symmetry)
+        self.rep = dev(mesh.rep)
+        self.levels = int(mesh.rep.max())
+        self.gamma = dev(GAMMA)
+        # scratch: rewritten every cycle before it is read
+        self.fs = xp.zeros((3, nelem, 8))
+        self.fh = xp.zeros((3, nelem, 8))
+        self.determ = xp.zeros(nelem)
+        self.force = xp.zeros((3, nnode))
+        self.vnew = xp.zeros(nelem)
+        self.delv = xp.zeros(nelem)
+        self.vdov = xp.zeros(nelem)
+        self.arealg = xp.zeros(nelem)
+        self.qq = xp.zeros(nelem)
+        self.ql = xp.zeros(nelem)
+        self.delx = xp.zeros((3, nelem))
+        self.delv_grad = xp.zeros((3, mesh.ndelv))  # ghosts and a zero slot after the elements
+        self.e_new = xp.zeros(nelem)
+        self.p_new = xp.zeros(nelem)
+        self.q_new = xp.zeros(nelem)
+        self.chunks = max(1, min(nelem, 4096 if xp is not np else 256))
+        self.partial = xp.zeros((self.chunks, 2))
+        self.gnewdt = xp.zeros(1)
+        self.newdt = xp.zeros(1)
+        self.fault = xp.zeros(1, np.int64)
+        self.flag = xp.zeros(nelem, np.int32)
+        side = (mesh.nx + 1,) * 3
+        self.node_halo = pad.mpi.Halo.structured(comm, (mesh.tp,) * 3, side)
+        links = [(r, dev(send), recv, st, rt) for r, send, recv, st, rt in mesh.face_links]
+        self.ghost_halo = pad.mpi.Halo(comm, links)
+        self.side = side
+
+    # ----------------------------------------------------------------------------------- state
+    def initial_state(self, parameters: dict[str, float] | None = None, coords: Any = None) -> State:
+        """The state before set-up: the mesh's coordinates (or ``coords``), everything else at rest."""
+        xp, m = self.xp, self.mesh
+        values = default_parameters(m.nx, m.tp) | (parameters or {})
+        xv = xp.zeros((6, m.nnode))
+        xv[:3] = xp.asarray(m.coords if coords is None else coords)
+        clock = xp.zeros(4)
+        clock[K.DTCOURANT] = clock[K.DTHYDRO] = 1.0e20
+        return State(
+            xv=xv,
+            nodal_mass=xp.zeros(m.nnode),
+            e=xp.zeros(m.nelem),
+            p=xp.zeros(m.nelem),
+            q=xp.zeros(m.nelem),
+            v=xp.ones(m.nelem),
+            ss=xp.zeros(m.nelem),
+            volo=xp.zeros(m.nelem),
+            elem_mass=xp.zeros(m.nelem),
+            clock=clock,
+            params=xp.asarray([values[name] for name in PARAMETERS]),
+        )
+
+    def setup(self, s: State) -> None:
+        """Reference volumes and masses from the coordinates, nodal masses summed over ranks, the deposited
+        energy and the first time step (the original's Domain constructor and its nodal-mass exchange)."""
+        m = self.mesh
+        pad.launch(K.k_initial_volume, m.nelem, self.nodelist, s.xv, s.volo, s.elem_mass)
+        pad.launch(K.k_nodal_mass, m.nnode, self.corner_start, self.corner_list, s.volo, s.nodal_mass)
+        self.node_halo.exchange(s.nodal_mass.reshape(self.side), "sum")
+        pad.launch(K.k_deposit_energy, 1, m.at_origin, s.params, s.volo, s.e, s.clock)
+
+    # ----------------------------------------------------------------------------------- one cycle
+    def time_increment(self, s: State, first: bool) -> None:
+        """The next time step, reduced over ranks (TimeIncrement)."""
+        if not first:
+            pad.launch(K.k_dt_candidate, 1, s.clock, self.gnewdt)
+            self.comm.Allreduce(self.gnewdt, self.newdt, pad.mpi.MIN)
+        pad.launch(K.k_time_increment, 1, first, self.newdt, s.clock, STOPTIME, DTMAX, DT_MULT_LB, DT_MULT_UB)
+
+    def leapfrog(self, s: State) -> None:
+        """Advance nodes then elements by one time step, and find the next step's constraints."""
+        self.lagrange_nodal(s)
+        self.lagrange_elements(s)
+        self.time_constraints(s)
+
+    def lagrange_nodal(self, s: State) -> None:
+        m = self.mesh
+        pad.launch(
+            K.k_element_forces, m.nelem, self.nodelist, self.gamma, s.xv, s.p, s.q, s.volo, s.v, s.ss,
+            s.elem_mass, s.params, self.fs, self.fh, self.determ, self.fault, self.flag,
+        )  # fmt: skip
+        pad.launch(K.k_gather_forces, m.nnode, self.corner_start, self.corner_list, self.fs, self.fh, self.force)
+        self.node_halo.exchange(self.force.reshape(3, *self.side), "sum")
+        pad.launch(K.k_advance_nodes, m.nnode, s.clock, self.force, s.nodal_mass, self.symmetry, s.xv)
+        self.node_halo.exchange(s.xv.reshape(6, *self.side), "copy")
+
+    def lagrange_elements(self, s: State) -> None:
+        m = self.mesh
+        pad.launch(
+            K.k_kinematics, m.nelem, self.nodelist, s.xv, s.volo, s.v, s.clock, self.vnew, self.delv,
+            self.arealg, self.vdov, self.fault, self.flag,
+        )  # fmt: skip
+        pad.launch(K.k_monoq_gradients, m.nelem, self.nodelist, s.xv, s.volo, self.vnew, self.delx, self.delv_grad)
+        self.ghost_halo.exchange(self.delv_grad, "copy")
+        pad.launch(
+            K.k_monoq, m.nelem, self.neighbours, self.delv_grad, self.delx, self.vdov, s.elem_mass, s.volo,
+            self.vnew, s.params, s.q, self.qq, self.ql, self.fault, self.flag,
+        )  # fmt: skip
+        for level in range(self.levels):
+            pad.launch(
+                K.k_eos, m.nelem, level, self.rep, s.v, self.vnew, self.delv, self.qq, self.ql, s.e, s.p, s.q,
+                s.ss, self.e_new, self.p_new, self.q_new, self.fault, self.flag,
+            )  # fmt: skip
+        pad.launch(K.k_update_volumes, m.nelem, self.vnew, s.v)
+
+    def time_constraints(self, s: State) -> None:
+        m = self.mesh
+        pad.launch(
+            K.k_time_constraints, self.chunks, self.chunks, m.nelem, s.ss, self.vdov, self.arealg, s.params,
+            self.partial,
+        )  # fmt: skip
+        pad.launch(K.k_time_reduce, 1, self.chunks, self.partial, s.clock)
+
+    # ----------------------------------------------------------------------------------- faults
+    def check(self, cycle: int) -> None:
+        """Raise ``Abort`` on every rank if a fault was counted on any rank in this cycle."""
+        local = int(self.fault[0])
+        counted = self.comm.mpi.allreduce(local, op=_max()) if self.comm.size > 1 else local
+        if not counted:
+            return
+        report = None
+        if local:
+            flags = np.asarray(self.flag if self.xp is np else self.flag.get())
+            bit = min(b for b in FAULTS if np.any(flags & b))
+            element = int(np.flatnonzero(flags & bit)[0])
+            report = (bit, element, self.rank)
+        reports = [r for r in self.comm.mpi.allgather(report) if r is not None] if self.comm.size > 1 else [report]
+        bit, element, rank = min(reports)  # type: ignore[type-var]
+        code, what = FAULTS[bit]
+        raise Abort(code, cycle, element, rank, what)
+
+
+def _max() -> Any:
+    from mpi4py import MPI
+
+    return MPI.MAX
