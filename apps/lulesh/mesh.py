@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from apps.cli import InputError
+
 INDEX = np.int32
 
 FACES = ((-1, 0, 0), (1, 0, 0), (0, -1, 0), (0, 1, 0), (0, 0, -1), (0, 0, 1))
@@ -54,7 +56,7 @@ def decompose(size: int, rank: int) -> tuple[int, int, int, int]:
     """``(tp, plane, row, col)``: ranks form a ``tp``-cube, rank = (plane * tp + row) * tp + col."""
     tp = round(size ** (1 / 3))
     if tp**3 != size:
-        raise ValueError(f"the number of MPI ranks must be a cube of an integer (1, 8, 27, ...), got {size}")
+        raise InputError(f"the number of MPI ranks must be a cube of an integer (1, 8, 27, ...), got {size}")
     return tp, rank // (tp * tp), (rank // tp) % tp, rank % tp
 
 
