@@ -38,11 +38,17 @@ def parse_args(argv: list[str] | None) -> Any:
     p = cli.Parser(prog="python -m apps.lulesh", description=__doc__.split("\n")[0], add_help=False)
     p.add_argument("-h", action="help", help="show this message and exit")
     p.add_argument("-q", action="store_true", help="quiet mode: suppress all standard output")
-    p.add_argument("-i", type=cli.integer(0), default=UNTIL_COMPLETION, metavar="ITERATIONS", help="cycles to run")
+    p.add_argument(
+        "-i", type=cli.integer(0), default=UNTIL_COMPLETION, metavar="ITERATIONS", help="cycles to run"
+    )
     p.add_argument("-s", type=cli.integer(1), default=30, metavar="SIZE", help="mesh edge per rank (30)")
     p.add_argument("-r", type=cli.integer(1), default=11, metavar="REGIONS", help="distinct regions (11)")
-    p.add_argument("-b", type=cli.integer(0), default=1, metavar="BALANCE", help="load balance between regions (1)")
-    p.add_argument("-c", type=cli.integer(0), default=1, metavar="COST", help="extra cost of costly regions (1)")
+    p.add_argument(
+        "-b", type=cli.integer(0), default=1, metavar="BALANCE", help="load balance between regions (1)"
+    )
+    p.add_argument(
+        "-c", type=cli.integer(0), default=1, metavar="COST", help="extra cost of costly regions (1)"
+    )
     p.add_argument("-p", action="store_true", help="print each cycle's time and time step")
     p.add_argument("-f", metavar="FILES", help="(refused: pad writes no VisIt files)")
     p.add_argument("-v", action="store_true", help="(refused: pad writes no VisIt files)")
@@ -97,9 +103,9 @@ def report(r: dict[str, Any]) -> str:
         f"        MaxAbsDiff   = {r['max_abs_diff']:12.6e}\n"
         f"        TotalAbsDiff = {r['total_abs_diff']:12.6e}\n"
         f"        MaxRelDiff   = {r['max_rel_diff']:12.6e}\n\n"
-        f"Elapsed time         = {'%10.2g' % r['elapsed_s']} (s)\n"
-        f"Grind time (us/z/c)  = {'%10.8g' % r['grind_us']} (per dom)  ({'%10.8g' % r['elapsed_s']} overall)\n"
-        f"FOM                  = {'%10.8g' % r['fom']} (z/s)\n"
+        f"Elapsed time         = {r['elapsed_s']:10.2g} (s)\n"
+        f"Grind time (us/z/c)  = {r['grind_us']:10.8g} (per dom)  ({r['elapsed_s']:10.8g} overall)\n"
+        f"FOM                  = {r['fom']:10.8g} (z/s)\n"
     )
 
 
@@ -164,7 +170,13 @@ def run(args: Any) -> dict[str, Any]:
         "ranks": comm.size,
         "threads": threads,
         "device": args.device,
-        "problem": {"size": args.s, "regions": args.r, "balance": args.b, "cost": args.c, "elements": comm.size * args.s**3},
+        "problem": {
+            "size": args.s,
+            "regions": args.r,
+            "balance": args.b,
+            "cost": args.c,
+            "elements": comm.size * args.s**3,
+        },
         "iterations": cycles,
         "time_primal_s": slowest[0] / max(cycles, 1),
         "time_grad_s": None,

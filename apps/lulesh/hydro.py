@@ -201,7 +201,9 @@ class Hydro:
             K.k_element_forces, m.nelem, self.nodelist, self.gamma, s.xv, s.p, s.q, s.volo, s.v, s.ss,
             s.elem_mass, s.params, self.fs, self.fh, self.determ, self.fault, self.flag,
         )  # fmt: skip
-        pad.launch(K.k_gather_forces, m.nnode, self.corner_start, self.corner_list, self.fs, self.fh, self.force)
+        pad.launch(
+            K.k_gather_forces, m.nnode, self.corner_start, self.corner_list, self.fs, self.fh, self.force
+        )
         self.node_halo.exchange(self.force.reshape(3, *self.side), "sum")
         pad.launch(K.k_advance_nodes, m.nnode, s.clock, self.force, s.nodal_mass, self.symmetry, s.xv)
         self.node_halo.exchange(s.xv.reshape(6, *self.side), "copy")
@@ -212,7 +214,9 @@ class Hydro:
             K.k_kinematics, m.nelem, self.nodelist, s.xv, s.volo, s.v, s.clock, self.vnew, self.delv,
             self.arealg, self.vdov, self.fault, self.flag,
         )  # fmt: skip
-        pad.launch(K.k_monoq_gradients, m.nelem, self.nodelist, s.xv, s.volo, self.vnew, self.delx, self.delv_grad)
+        pad.launch(
+            K.k_monoq_gradients, m.nelem, self.nodelist, s.xv, s.volo, self.vnew, self.delx, self.delv_grad
+        )
         self.ghost_halo.exchange(self.delv_grad, "copy")
         pad.launch(
             K.k_monoq, m.nelem, self.neighbours, self.delv_grad, self.delx, self.vdov, s.elem_mass, s.volo,
@@ -252,7 +256,7 @@ class Hydro:
     def check(self, cycle: int) -> None:
         """Raise ``Abort`` on every rank if a fault was counted on any rank in this cycle."""
         local = int(self.fault[0])
-        counted = self.comm.mpi.allreduce(local, op=_max()) if self.comm.size > 1 else local
+        counted = self.comm.mpi.allreduce(local, op=pad.mpi.MAX) if self.comm.size > 1 else local
         if not counted:
             return
         report = None
@@ -261,13 +265,7 @@ class Hydro:
             bit = min(b for b in FAULTS if np.any(flags & b))
             element = int(np.flatnonzero(flags & bit)[0])
             report = (bit, element, self.rank)
-        reports = [r for r in self.comm.mpi.allgather(report) if r is not None] if self.comm.size > 1 else [report]
-        bit, element, rank = min(reports)  # type: ignore[type-var]
+        reports = self.comm.mpi.allgather(report) if self.comm.size > 1 else [report]
+        bit, element, rank = min(r for r in reports if r is not None)
         code, what = FAULTS[bit]
         raise Abort(code, cycle, element, rank, what)
-
-
-def _max() -> Any:
-    from mpi4py import MPI
-
-    return MPI.MAX

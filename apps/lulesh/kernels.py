@@ -357,7 +357,9 @@ def k_time_increment(i, first, newdt, clock, stoptime, dtmax, multlb, multub):
 
 # ------------------------------------------------------------------------------------ nodal phase
 @pad.kernel
-def k_element_forces(i, nodelist, gamma, xv, p, q, volo, v, ss, elem_mass, params, fs, fh, determ, fault, flag):
+def k_element_forces(
+    i, nodelist, gamma, xv, p, q, volo, v, ss, elem_mass, params, fs, fh, determ, fault, flag
+):
     """Per element and corner: the stress force (IntegrateStressForElems) and the Flanagan-Belytschko
     hourglass force (CalcFBHourglassForceForElems), each into its own corner array."""
     x = pad.local_array(8)
@@ -400,7 +402,9 @@ def k_element_forces(i, nodelist, gamma, xv, p, q, volo, v, ss, elem_mass, param
                 hourmody += y[k] * gamma[m, k]
                 hourmodz += z[k] * gamma[m, k]
             for k in range(8):
-                hourgam[k, m] = gamma[m, k] - volinv * (bx[k] * hourmodx + by[k] * hourmody + bz[k] * hourmodz)
+                hourgam[k, m] = gamma[m, k] - volinv * (
+                    bx[k] * hourmodx + by[k] * hourmody + bz[k] * hourmodz
+                )
         coefficient = -hgcoef * 0.01 * ss[i] * elem_mass[i] / math.cbrt(volume)
         vel = pad.local_array(8)
         hourglass_force(nodelist, i, xv, 3, hourgam, coefficient, fh, 0, vel)
@@ -427,7 +431,9 @@ def hourglass_force(nodelist, i, xv, row, hourgam, coefficient, fh, axis, vel):
         h2 += hourgam[k, 2] * vel[k]
         h3 += hourgam[k, 3] * vel[k]
     for k in range(8):
-        fh[axis, i, k] = coefficient * (hourgam[k, 0] * h0 + hourgam[k, 1] * h1 + hourgam[k, 2] * h2 + hourgam[k, 3] * h3)
+        fh[axis, i, k] = coefficient * (
+            hourgam[k, 0] * h0 + hourgam[k, 1] * h1 + hourgam[k, 2] * h2 + hourgam[k, 3] * h3
+        )
 
 
 @pad.kernel
@@ -501,9 +507,15 @@ def k_kinematics(i, nodelist, xv, volo, v, clock, vnew, delv, arealg, vdov, faul
         z[k] = z[k] - dt2 * zd[k]
     detj = shape_derivatives(x, y, z, bx, by, bz)
     inv = 1.0 / detj
-    dxx = inv * (bx[0] * (xd[0] - xd[6]) + bx[1] * (xd[1] - xd[7]) + bx[2] * (xd[2] - xd[4]) + bx[3] * (xd[3] - xd[5]))
-    dyy = inv * (by[0] * (yd[0] - yd[6]) + by[1] * (yd[1] - yd[7]) + by[2] * (yd[2] - yd[4]) + by[3] * (yd[3] - yd[5]))
-    dzz = inv * (bz[0] * (zd[0] - zd[6]) + bz[1] * (zd[1] - zd[7]) + bz[2] * (zd[2] - zd[4]) + bz[3] * (zd[3] - zd[5]))
+    dxx = inv * (
+        bx[0] * (xd[0] - xd[6]) + bx[1] * (xd[1] - xd[7]) + bx[2] * (xd[2] - xd[4]) + bx[3] * (xd[3] - xd[5])
+    )
+    dyy = inv * (
+        by[0] * (yd[0] - yd[6]) + by[1] * (yd[1] - yd[7]) + by[2] * (yd[2] - yd[4]) + by[3] * (yd[3] - yd[5])
+    )
+    dzz = inv * (
+        bz[0] * (zd[0] - zd[6]) + bz[1] * (zd[1] - zd[7]) + bz[2] * (zd[2] - zd[4]) + bz[3] * (zd[3] - zd[5])
+    )
     vdov[i] = dxx + dyy + dzz
     if relative <= 0.0:
         fault[0] += 1
@@ -659,7 +671,7 @@ def pressure(e, compression, vnewc):
 def sound_speed_term(pbvc, e, vv, bvc, p):
     """sqrt((pbvc e + vv bvc p) / rho0), floored as the original floors it."""
     ssc = (pbvc * e + vv * bvc * p) / REFDENS
-    if ssc <= SSC_LOW:
+    if ssc <= SSC_LOW:  # noqa: SIM108 (a branch, so the square root only sees positive values)
         ssc = SSC_FLOOR
     else:
         ssc = math.sqrt(ssc)

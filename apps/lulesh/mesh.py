@@ -92,7 +92,9 @@ def region_numbers(nelem: int, nregions: int, balance: int, rank: int) -> np.nda
 def repetitions(region: np.ndarray, nregions: int, cost: int) -> np.ndarray:
     """How many times the EOS runs for each element: cheap, costly and very costly regions as the original."""
     r = region - 1
-    rep = np.where(r < nregions // 2, 1, np.where(r < nregions - (nregions + 15) // 20, 1 + cost, 10 * (1 + cost)))
+    rep = np.where(
+        r < nregions // 2, 1, np.where(r < nregions - (nregions + 15) // 20, 1 + cost, 10 * (1 + cost))
+    )
     return rep.astype(INDEX)
 
 
@@ -106,7 +108,9 @@ class Mesh:
     row: int
     col: int
     nodelist: np.ndarray  # (nelem, 8) the element's corners, in the original's order
-    corner_start: np.ndarray  # (nnode + 1,) node n's corners are corner_list[corner_start[n]:corner_start[n+1]]
+    corner_start: (
+        np.ndarray
+    )  # (nnode + 1,) node n's corners are corner_list[corner_start[n]:corner_start[n+1]]
     corner_list: np.ndarray  # corners k = 8 * element + local corner, by node, then by element
     neighbours: np.ndarray  # (nelem, 6) xi-, xi+, eta-, eta+, zeta-, zeta+ pointers into a delv array
     symmetry: np.ndarray  # (nnode, 3) 1 where the node is on the x, y or z = 0 symmetry plane
@@ -140,8 +144,8 @@ def build(nx: int, size: int, rank: int, nregions: int, balance: int, cost: int)
     e, nn = nx, nx + 1
     k, j, i = np.meshgrid(np.arange(nn), np.arange(nn), np.arange(nn), indexing="ij")
     coords = np.empty((3, nn**3))
-    for axis, (local, where) in enumerate(((i, col), (j, row), (k, plane))):
-        coords[axis] = 1.125 * (where * nx + local.ravel()).astype(np.float64) / np.float64(tp * nx)
+    for axis, (local, block) in enumerate(((i, col), (j, row), (k, plane))):
+        coords[axis] = 1.125 * (block * nx + local.ravel()).astype(np.float64) / np.float64(tp * nx)
 
     ek, ej, ei = (a.ravel() for a in np.meshgrid(np.arange(e), np.arange(e), np.arange(e), indexing="ij"))
     base = (ek * nn + ej) * nn + ei
@@ -178,7 +182,7 @@ def build(nx: int, size: int, rank: int, nregions: int, balance: int, cost: int)
         elif sign < 0:
             boundary = elem  # symmetry plane: the element itself
         else:
-            boundary = np.full(nelem, zero_slot)  # free surface: zero
+            boundary = np.full(nelem, zero_slot)  # free surface: the slot that holds zero
         neighbours[:, d] = np.where(inside, elem + sign * stride, boundary)
     for face, base_slot in ghost_base.items():
         off = FACES[face]
