@@ -6,6 +6,8 @@ import argparse
 import os
 from typing import Any, NoReturn
 
+import numpy as np
+
 EXIT_BAD_INPUT = 2
 
 
@@ -89,21 +91,51 @@ class NoBar:
         """Nothing to close."""
 
 
-def gpu_module(comm: Any) -> Any:
-    """CuPy, with this rank on its own GPU (node-local rank modulo the node's GPUs; ``comm`` an mpi4py
-    communicator or ``None``). Numba's CUDA target is pointed at the same device."""
-    try:
-        import cupy
-    except ImportError as exc:
-        raise InputError(f"--device gpu: CuPy is not available ({exc})") from None
-    local = 0
-    if comm is not None and comm.Get_size() > 1:
-        from mpi4py import MPI
+class Memory:
+    """Where an app's arrays live: the host (NumPy), a GPU (CuPy, one device per rank of a node), or,
+    under ``NUMBA_ENABLE_CUDASIM=1`` without CuPy, numba's simulated device arrays."""
 
-        local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
-    device = local % max(1, cupy.cuda.runtime.getDeviceCount())
-    cupy.cuda.Device(device).use()
-    from pad.kernel.cuda_runtime import cuda
+    def __init__(self, device: str, comm: Any = None) -> None:
+        self.device = device
+        self.module: Any = np
+        if device == "cpu":
+            return
+        from numba import config
 
-    cuda.select_device(device)
-    return cupy
+        if config.ENABLE_CUDASIM:  # type: ignore[attr-defined]
+            self.module = None
+            return
+        try:
+            import cupy
+        except ImportError as exc:
+            raise InputError(f"--device gpu: CuPy is not available ({exc})") from None
+        local = 0
+        if comm is not None and comm.Get_size() > 1:
+            from mpi4py import MPI
+
+            local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
+        gpu = local % max(1, cupy.cuda.runtime.getDeviceCount())
+        cupy.cuda.Device(gpu).use()
+        from pad.kernel.cuda_runtime import cuda
+
+        cuda.select_device(gpu)  # numba's CUDA target on the same device
+        self.module = cupy
+
+    def put(self, a: np.ndarray) -> Any:
+        """``a`` in this memory."""
+        if self.module is None:
+            from pad.kernel.cuda_runtime import cuda  # numba.cuda, imported after pad's NumPy 2.5 shim
+
+            return cuda.to_device(np.ascontiguousarray(a))
+        return self.module.asarray(a)
+
+    def get(self, a: Any) -> np.ndarray:
+        """``a`` on the host."""
+        if isinstance(a, np.ndarray):
+            return a
+        return a.get() if hasattr(a, "get") else a.copy_to_host()
+
+    def sync(self) -> None:
+        """Wait for the device's work (for timings)."""
+        if self.module is not None and self.module is not np:
+            self.module.cuda.get_current_stream().synchronize()

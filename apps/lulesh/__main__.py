@@ -117,11 +117,11 @@ def run(args: Any) -> dict[str, Any]:
 
     comm = pad.mpi.COMM_WORLD
     threads = cli.set_threads(args.threads, comm.mpi) if args.device == "cpu" else 1
-    xp = cli.gpu_module(comm.mpi) if args.device == "gpu" else np
+    memory = cli.Memory(args.device, comm.mpi)
     root = comm.rank == 0
     if root and not args.q:
         print(_banner(args, comm.size, threads), flush=True)
-    hydro = Hydro(mesh.build(args.s, comm.size, comm.rank, args.r, args.b, args.c), comm, xp)
+    hydro = Hydro(mesh.build(args.s, comm.size, comm.rank, args.r, args.b, args.c), comm, memory)
 
     # Compile every kernel on a throwaway cycle, so the timed loop measures the program, not numba.
     warm = hydro.initial_state()
@@ -135,7 +135,7 @@ def run(args: Any) -> dict[str, Any]:
     done = [0.0]
 
     def on_cycle(cycle: int) -> None:
-        t, dt = (float(v) for v in state.clock[:2])
+        t, dt = memory.get(state.clock)[:2]
         if args.p and root and not args.q:
             print(f"cycle = {cycle}, time = {t:e}, dt={dt:e}", flush=True)
         fraction = 100.0 * max(t / 1.0e-2, cycle / args.i)
@@ -145,6 +145,7 @@ def run(args: Any) -> dict[str, Any]:
     start = time.perf_counter()
     try:
         cycles = hydro.advance(state, args.i, on_cycle)
+        memory.sync()
     finally:
         bar.close()
     elapsed = np.array([time.perf_counter() - start])
@@ -152,7 +153,7 @@ def run(args: Any) -> dict[str, Any]:
     comm.Reduce(elapsed, slowest, pad.mpi.MAX, 0)
     if not root:
         return {}
-    e = np.asarray(state.e if xp is np else state.e.get())
+    e = memory.get(state.e)
     max_abs, total_abs, max_rel = symmetry(e, args.s)
     grind = slowest[0] * 1e6 / max(cycles, 1) / args.s**3
     energy = float(e[0])

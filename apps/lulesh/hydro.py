@@ -25,6 +25,7 @@ import numpy as np
 
 import pad
 import pad.mpi
+from apps.cli import Memory
 from apps.lulesh import kernels as K
 from apps.lulesh.mesh import Mesh
 
@@ -101,75 +102,72 @@ class State:
     def arrays(self) -> list[Any]:
         return [getattr(self, f.name) for f in dataclasses.fields(self)]
 
-    def copy(self) -> State:
-        return State(*(a.copy() for a in self.arrays()))
-
 
 class Hydro:
     """One rank's share of a LULESH run: mesh, scratch arrays, halos, and the kernels' launches."""
 
-    def __init__(self, mesh: Mesh, comm: pad.mpi.Comm, xp: Any = np) -> None:
-        self.mesh, self.comm, self.xp = mesh, comm, xp
+    def __init__(self, mesh: Mesh, comm: pad.mpi.Comm, memory: Memory | None = None) -> None:
+        self.mesh, self.comm = mesh, comm
+        self.memory = memory = memory or Memory("cpu")
         self.rank = comm.rank
         nelem, nnode = mesh.nelem, mesh.nnode
-        dev = xp.asarray
-        self.nodelist = dev(mesh.nodelist)
-        self.corner_start = dev(mesh.corner_start)
-        self.corner_list = dev(mesh.corner_list)
-        self.neighbours = dev(mesh.neighbours)
-        self.symmetry = dev(mesh.symmetry)
-        self.rep = dev(mesh.rep)
+        put = memory.put
+        self.nodelist = put(mesh.nodelist)
+        self.corner_start = put(mesh.corner_start)
+        self.corner_list = put(mesh.corner_list)
+        self.neighbours = put(mesh.neighbours)
+        self.symmetry = put(mesh.symmetry)
+        self.rep = put(mesh.rep)
         self.levels = int(mesh.rep.max())
-        self.gamma = dev(GAMMA)
+        self.gamma = put(GAMMA)
         # scratch: rewritten every cycle before it is read
-        self.fs = xp.zeros((3, nelem, 8))
-        self.fh = xp.zeros((3, nelem, 8))
-        self.determ = xp.zeros(nelem)
-        self.force = xp.zeros((3, nnode))
-        self.vnew = xp.zeros(nelem)
-        self.delv = xp.zeros(nelem)
-        self.vdov = xp.zeros(nelem)
-        self.arealg = xp.zeros(nelem)
-        self.qq = xp.zeros(nelem)
-        self.ql = xp.zeros(nelem)
-        self.delx = xp.zeros((3, nelem))
-        self.delv_grad = xp.zeros((3, mesh.ndelv))  # ghosts and a zero slot after the elements
-        self.e_new = xp.zeros(nelem)
-        self.p_new = xp.zeros(nelem)
-        self.q_new = xp.zeros(nelem)
-        self.chunks = max(1, min(nelem, 4096 if xp is not np else 256))
-        self.partial = xp.zeros((self.chunks, 2))
-        self.gnewdt = xp.zeros(1)
-        self.newdt = xp.zeros(1)
-        self.fault = xp.zeros(1, np.int64)
-        self.flag = xp.zeros(nelem, np.int32)
-        side = (mesh.nx + 1,) * 3
-        self.node_halo = pad.mpi.Halo.structured(comm, (mesh.tp,) * 3, side)
-        links = [(r, dev(send), recv, st, rt) for r, send, recv, st, rt in mesh.face_links]
+        self.fs = put(np.zeros((3, nelem, 8)))
+        self.fh = put(np.zeros((3, nelem, 8)))
+        self.determ = put(np.zeros(nelem))
+        self.force = put(np.zeros((3, nnode)))
+        self.vnew = put(np.zeros(nelem))
+        self.delv = put(np.zeros(nelem))
+        self.vdov = put(np.zeros(nelem))
+        self.arealg = put(np.zeros(nelem))
+        self.qq = put(np.zeros(nelem))
+        self.ql = put(np.zeros(nelem))
+        self.delx = put(np.zeros((3, nelem)))
+        self.delv_grad = put(np.zeros((3, mesh.ndelv)))  # ghosts and a zero slot after the elements
+        self.e_new = put(np.zeros(nelem))
+        self.p_new = put(np.zeros(nelem))
+        self.q_new = put(np.zeros(nelem))
+        self.chunks = max(1, min(nelem, 256 if memory.device == "cpu" else 4096))
+        self.partial = put(np.zeros((self.chunks, 2)))
+        self.gnewdt = put(np.zeros(1))
+        self.newdt = put(np.zeros(1))
+        self.fault = put(np.zeros(1, np.int64))
+        self.flag = put(np.zeros(nelem, np.int32))
+        self.side = (mesh.nx + 1,) * 3
+        self.node_halo = pad.mpi.Halo.structured(comm, (mesh.tp,) * 3, self.side)
+        links = [(r, put(send), recv, st, rt) for r, send, recv, st, rt in mesh.face_links]
         self.ghost_halo = pad.mpi.Halo(comm, links)
-        self.side = side
 
     # ----------------------------------------------------------------------------------- state
     def initial_state(self, parameters: dict[str, float] | None = None, coords: Any = None) -> State:
         """The state before set-up: the mesh's coordinates (or ``coords``), everything else at rest."""
-        xp, m = self.xp, self.mesh
+        m, put = self.mesh, self.memory.put
         values = default_parameters(m.nx, m.tp) | (parameters or {})
-        xv = xp.zeros((6, m.nnode))
-        xv[:3] = xp.asarray(m.coords if coords is None else coords)
-        clock = xp.zeros(4)
+        xv = np.zeros((6, m.nnode))
+        xv[:3] = m.coords if coords is None else coords
+        clock = np.zeros(4)
         clock[K.DTCOURANT] = clock[K.DTHYDRO] = 1.0e20
         return State(
-            xv=xv,
-            nodal_mass=xp.zeros(m.nnode),
-            e=xp.zeros(m.nelem),
-            p=xp.zeros(m.nelem),
-            q=xp.zeros(m.nelem),
-            v=xp.ones(m.nelem),
-            ss=xp.zeros(m.nelem),
-            volo=xp.zeros(m.nelem),
-            elem_mass=xp.zeros(m.nelem),
-            clock=clock,
-            params=xp.asarray([values[name] for name in PARAMETERS]),
+            xv=put(xv),
+            nodal_mass=put(np.zeros(m.nnode)),
+            e=put(np.zeros(m.nelem)),
+            p=put(np.zeros(m.nelem)),
+            q=put(np.zeros(m.nelem)),
+            v=put(np.ones(m.nelem)),
+            ss=put(np.zeros(m.nelem)),
+            volo=put(np.zeros(m.nelem)),
+            elem_mass=put(np.zeros(m.nelem)),
+            clock=put(clock),
+            params=put(np.array([values[name] for name in PARAMETERS])),
         )
 
     def setup(self, s: State) -> None:
@@ -261,7 +259,7 @@ class Hydro:
             return
         report = None
         if local:
-            flags = np.asarray(self.flag if self.xp is np else self.flag.get())
+            flags = self.memory.get(self.flag)
             bit = min(b for b in FAULTS if np.any(flags & b))
             element = int(np.flatnonzero(flags & bit)[0])
             report = (bit, element, self.rank)
