@@ -1,0 +1,242 @@
+"""LULESH on pad against the C++ original, side by side in one run; writes JSON.
+
+For each case (``-s``, ``-i``) and thread count, runs pad's ``python -m apps.lulesh`` and, when given, the
+C++ original (``--original BINARY``, or ``--build-original SRC`` to compile LLNL/LULESH's sources into a
+scratch folder with the original's release flags, ``-O3 -fopenmp``, serial MPI-free build), alternating
+them so that both see the same machine load, and reports each one's FOM (zones per millisecond; higher is
+faster), the ratio pad / original and the Final Origin Energy of both. ``--device gpu`` runs pad on the GPU
+too. ``--forces`` times the two ways of summing corner forces to nodes (see ``forces_study``).
+
+    python scripts/bench_lulesh.py --build-original /path/to/LULESH --cases 30: 45:100 --threads 1 2
+    python scripts/bench_lulesh.py --cases 60:100 --threads 1 2 4 8 16       # strong scaling
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+SOURCES = ("lulesh.cc", "lulesh-comm.cc", "lulesh-viz.cc", "lulesh-util.cc", "lulesh-init.cc")
+
+
+def machine() -> dict[str, Any]:
+    """What ran the benchmark: CPU model, cores, GPUs, library versions, date."""
+    import numba
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    gpus = []
+    if shutil.which("nvidia-smi"):
+        query = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True
+        )
+        gpus = [line.strip() for line in query.stdout.splitlines() if line.strip()]
+    return {
+        "host": platform.node(),
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "gpus": gpus,
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "numba": numba.__version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+def build_original(src: str, folder: str) -> str:
+    """Compile the C++ original from ``src`` (a checkout of LLNL/LULESH) into ``folder``; the binary's path."""
+    for name in (*SOURCES, "lulesh.h", "lulesh_tuple.h"):
+        shutil.copy(os.path.join(src, name), folder)
+    binary = os.path.join(folder, "lulesh2.0")
+    subprocess.run(
+        ["g++", "-O3", "-fopenmp", "-I.", "-DUSE_MPI=0", "-o", binary, *SOURCES, "-lm"],
+        cwd=folder,
+        check=True,
+        capture_output=True,
+    )
+    return binary
+
+
+def parse_report(text: str) -> dict[str, float]:
+    """Iterations, energy, elapsed time and FOM from the original's end-of-run report (pad prints the same)."""
+    fields = {
+        "iterations": r"Iteration count\s+=\s+(\d+)",
+        "final_origin_energy": r"Final Origin Energy\s+=\s+(\S+)",
+        "elapsed_s": r"Elapsed time\s+=\s+(\S+)",
+        "fom": r"FOM\s+=\s+(\S+)",
+    }
+    out = {}
+    for key, pattern in fields.items():
+        found = re.search(pattern, text)
+        if found is None:
+            raise RuntimeError(f"no {key} in the report:\n{text}")
+        out[key] = float(found.group(1))
+    return out
+
+
+def run_original(binary: str, size: int, iterations: int | None, threads: int) -> dict[str, float]:
+    argv = [binary, "-s", str(size)] + (["-i", str(iterations)] if iterations else [])
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    done = subprocess.run(argv, capture_output=True, text=True, env=env, check=True)
+    return parse_report(done.stdout)
+
+
+def run_pad(size: int, iterations: int | None, threads: int, device: str) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "r.json")
+        argv = [
+            sys.executable,
+            "-m",
+            "apps.lulesh",
+            "-s",
+            str(size),
+            "--threads",
+            str(threads),
+            "--device",
+            device,
+        ]
+        argv += (["-i", str(iterations)] if iterations else []) + ["--json", out]
+        done = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT)
+        if done.returncode != 0:
+            raise RuntimeError(f"{' '.join(argv)} failed:\n{done.stderr}")
+        with open(out) as fh:
+            result: dict[str, Any] = json.load(fh)
+    return result
+
+
+def forces_study(size: int, threads: int, repeat: int = 20) -> dict[str, float]:
+    """Seconds per call of the two race-free ways to sum the corner forces of ``size**3`` elements into
+    the nodes: gathering over each node's corners (what the app does), or scattering from each element with
+    pad's privatized ``+=`` (one buffer of node forces per thread, summed afterwards)."""
+    import numba
+
+    import pad
+    from apps.lulesh import kernels as K
+    from apps.lulesh import mesh as M
+
+    @pad.kernel
+    def scatter_forces(i, nodelist, fs, fh, f):
+        for k in range(8):
+            n = nodelist[i, k]
+            f[0, n] += fs[0, i, k] + fh[0, i, k]
+            f[1, n] += fs[1, i, k] + fh[1, i, k]
+            f[2, n] += fs[2, i, k] + fh[2, i, k]
+
+    numba.set_num_threads(threads)
+    m = M.build(size, 1, 0, 11, 1, 1)
+    rng = np.random.default_rng(0)
+    fs, fh = rng.normal(size=(3, m.nelem, 8)), rng.normal(size=(3, m.nelem, 8))
+    f = np.zeros((3, m.nnode))
+
+    def gather() -> None:
+        pad.launch(K.k_gather_forces, m.nnode, m.corner_start, m.corner_list, fs, fh, f)
+
+    def scatter() -> None:
+        f[...] = 0.0
+        pad.launch(scatter_forces, m.nelem, m.nodelist, fs, fh, f)
+
+    times = {}
+    for name, fn in (("gather_s", gather), ("scatter_s", scatter)):
+        fn()
+        best = float("inf")
+        for _ in range(repeat):
+            start = time.perf_counter()
+            fn()
+            best = min(best, time.perf_counter() - start)
+        times[name] = best
+    return times
+
+
+def case(text: str) -> tuple[int, int | None]:
+    size, _, iterations = text.partition(":")
+    return int(size), int(iterations) if iterations else None
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument(
+        "--cases",
+        nargs="+",
+        type=case,
+        default=[(30, None), (45, 100)],
+        help="SIZE:ITERATIONS (none: to the end)",
+    )
+    p.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    p.add_argument("--device", nargs="+", choices=("cpu", "gpu"), default=["cpu"])
+    p.add_argument("--original", metavar="BINARY", help="the C++ original's binary")
+    p.add_argument("--build-original", metavar="SRC", help="build the C++ original from this source folder")
+    p.add_argument(
+        "--rounds", type=int, default=1, help="alternate pad and the original this many times; keep the best"
+    )
+    p.add_argument("--forces", action="store_true", help="also time gathering vs scattering corner forces")
+    p.add_argument("--out", default=os.path.join(ROOT, "results", "bench_lulesh.json"))
+    args = p.parse_args()
+    scratch = tempfile.mkdtemp(prefix="lulesh-original-")
+    original = args.original or (
+        build_original(args.build_original, scratch) if args.build_original else None
+    )
+    rows = []
+    for size, iterations in args.cases:
+        for device in args.device:
+            for threads in args.threads if device == "cpu" else [1]:
+                best_pad: dict[str, Any] = {}
+                best_cpp: dict[str, float] = {}
+                for _ in range(args.rounds):
+                    mine = run_pad(size, iterations, threads, device)
+                    if not best_pad or mine["fom"] > best_pad["fom"]:
+                        best_pad = mine
+                    if original and device == "cpu":
+                        theirs = run_original(original, size, iterations, threads)
+                        if not best_cpp or theirs["fom"] > best_cpp["fom"]:
+                            best_cpp = theirs
+                row = {
+                    "size": size,
+                    "iterations": best_pad["iterations"],
+                    "device": device,
+                    "threads": threads,
+                    "pad_fom": best_pad["fom"],
+                    "pad_elapsed_s": best_pad["elapsed_s"],
+                    "pad_energy": best_pad["final_origin_energy"],
+                    "pad_valid": best_pad["valid"],
+                }
+                if best_cpp:
+                    row |= {
+                        "original_fom": best_cpp["fom"],
+                        "original_elapsed_s": best_cpp["elapsed_s"],
+                        "original_energy": best_cpp["final_origin_energy"],
+                        "fom_ratio": best_pad["fom"] / best_cpp["fom"],
+                    }
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    result: dict[str, Any] = {"machine": machine(), "rows": rows}
+    for size, _ in args.cases if args.forces else []:
+        for threads in args.threads:
+            study = {"size": size, "threads": threads} | forces_study(size, threads)
+            result.setdefault("forces", []).append(study)
+            print(json.dumps(study), flush=True)
+    shutil.rmtree(scratch, ignore_errors=True)
+    os.makedirs(os.path.dirname(args.out), exist_ok=True)
+    with open(args.out, "w") as fh:
+        json.dump(result, fh, indent=2)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
