@@ -235,16 +235,17 @@ class Hydro:
         )  # fmt: skip
         pad.launch(K.k_time_reduce, 1, self.chunks, self.partial, s.clock)
 
-    def advance(self, s: State, cycles: int, on_cycle: Any = None) -> int:
+    def advance(self, s: State, cycles: int, on_cycle: Any = None, leapfrog: Any = None) -> int:
         """Run cycles until the stop time or ``cycles`` cycles (the original's main loop); returns the count.
 
-        ``on_cycle(cycle)`` is called after each. A fault stops the run with ``Abort`` on every rank.
+        ``leapfrog(s)`` replaces the leap-frog step (a differentiated one, say); ``on_cycle(cycle)`` is
+        called after each cycle. A fault stops the run with ``Abort`` on every rank.
         """
         cycle = 0
         while float(s.clock[K.TIME]) < STOPTIME and cycle < cycles:
             self.time_increment(s, cycle == 0)
             cycle += 1
-            self.leapfrog(s)
+            (leapfrog or self.leapfrog)(s)
             self.check(cycle)
             if on_cycle is not None:
                 on_cycle(cycle)

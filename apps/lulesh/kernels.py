@@ -365,26 +365,32 @@ def k_element_forces(
     x = pad.local_array(8)
     y = pad.local_array(8)
     z = pad.local_array(8)
-    bx = pad.local_array(8)
-    by = pad.local_array(8)
-    bz = pad.local_array(8)
     gather(nodelist, i, xv, 0, x)
     gather(nodelist, i, xv, 1, y)
     gather(nodelist, i, xv, 2, z)
     sig = -p[i] - q[i]
+    bx = pad.local_array(8)
+    by = pad.local_array(8)
+    bz = pad.local_array(8)
     jacobian = shape_derivatives(x, y, z, bx, by, bz)
     determ[i] = jacobian
     if jacobian <= 0.0:
         fault[0] += 1
         flag[i] += DETERM
-    node_normals(x, y, z, bx, by, bz)
+    pfx = pad.local_array(8)
+    pfy = pad.local_array(8)
+    pfz = pad.local_array(8)
+    node_normals(x, y, z, pfx, pfy, pfz)
     for k in range(8):
-        fs[0, i, k] = -(sig * bx[k])
-        fs[1, i, k] = -(sig * by[k])
-        fs[2, i, k] = -(sig * bz[k])
+        fs[0, i, k] = -(sig * pfx[k])
+        fs[1, i, k] = -(sig * pfy[k])
+        fs[2, i, k] = -(sig * pfz[k])
 
-    # hourglass control: bx, by, bz now hold the volume derivatives
-    volume_derivatives(x, y, z, bx, by, bz)
+    # hourglass control
+    dvdx = pad.local_array(8)
+    dvdy = pad.local_array(8)
+    dvdz = pad.local_array(8)
+    volume_derivatives(x, y, z, dvdx, dvdy, dvdz)
     volume = volo[i] * v[i]
     if v[i] <= 0.0:
         fault[0] += 1
@@ -403,13 +409,18 @@ def k_element_forces(
                 hourmodz += z[k] * gamma[m, k]
             for k in range(8):
                 hourgam[k, m] = gamma[m, k] - volinv * (
-                    bx[k] * hourmodx + by[k] * hourmody + bz[k] * hourmodz
+                    dvdx[k] * hourmodx + dvdy[k] * hourmody + dvdz[k] * hourmodz
                 )
         coefficient = -hgcoef * 0.01 * ss[i] * elem_mass[i] / math.cbrt(volume)
-        vel = pad.local_array(8)
-        hourglass_force(nodelist, i, xv, 3, hourgam, coefficient, fh, 0, vel)
-        hourglass_force(nodelist, i, xv, 4, hourgam, coefficient, fh, 1, vel)
-        hourglass_force(nodelist, i, xv, 5, hourgam, coefficient, fh, 2, vel)
+        xd = pad.local_array(8)
+        yd = pad.local_array(8)
+        zd = pad.local_array(8)
+        gather(nodelist, i, xv, 3, xd)
+        gather(nodelist, i, xv, 4, yd)
+        gather(nodelist, i, xv, 5, zd)
+        hourglass_force(hourgam, coefficient, xd, fh, 0, i)
+        hourglass_force(hourgam, coefficient, yd, fh, 1, i)
+        hourglass_force(hourgam, coefficient, zd, fh, 2, i)
     else:
         for k in range(8):
             fh[0, i, k] = 0.0
@@ -418,9 +429,8 @@ def k_element_forces(
 
 
 @pad.func
-def hourglass_force(nodelist, i, xv, row, hourgam, coefficient, fh, axis, vel):
+def hourglass_force(hourgam, coefficient, vel, fh, axis, i):
     """One component of the hourglass force on the element's corners (CalcElemFBHourglassForce)."""
-    gather(nodelist, i, xv, row, vel)
     h0 = 0.0
     h1 = 0.0
     h2 = 0.0
@@ -501,11 +511,14 @@ def k_kinematics(i, nodelist, xv, volo, v, clock, vnew, delv, arealg, vdov, faul
     gather(nodelist, i, xv, 4, yd)
     gather(nodelist, i, xv, 5, zd)
     dt2 = 0.5 * clock[DT]
+    xh = pad.local_array(8)  # the corners half a step back
+    yh = pad.local_array(8)
+    zh = pad.local_array(8)
     for k in range(8):
-        x[k] = x[k] - dt2 * xd[k]
-        y[k] = y[k] - dt2 * yd[k]
-        z[k] = z[k] - dt2 * zd[k]
-    detj = shape_derivatives(x, y, z, bx, by, bz)
+        xh[k] = x[k] - dt2 * xd[k]
+        yh[k] = y[k] - dt2 * yd[k]
+        zh[k] = z[k] - dt2 * zd[k]
+    detj = shape_derivatives(xh, yh, zh, bx, by, bz)
     inv = 1.0 / detj
     dxx = inv * (
         bx[0] * (xd[0] - xd[6]) + bx[1] * (xd[1] - xd[7]) + bx[2] * (xd[2] - xd[4]) + bx[3] * (xd[3] - xd[5])
@@ -654,17 +667,19 @@ def k_monoq(i, neighbours, delv_grad, delx, vdov, elem_mass, volo, vnew, params,
 
 
 @pad.func
+def cut(x, threshold):
+    """``x``, or 0 where its magnitude is below ``threshold`` (the original's e_cut, p_cut, q_cut, ...)."""
+    return 0.0 if abs(x) < threshold else x
+
+
+@pad.func
 def pressure(e, compression, vnewc):
-    """Pressure and the bulk-modulus terms of the gamma-law EOS (CalcPressureForElems)."""
+    """Pressure and bulk modulus ``bvc`` of the gamma-law EOS (CalcPressureForElems; ``pbvc`` is C1S)."""
     bvc = C1S * (compression + 1.0)
-    p = bvc * e
-    if abs(p) < P_CUT:
-        p = 0.0
+    p = cut(bvc * e, P_CUT)
     if vnewc >= EOSVMAX:
         p = 0.0
-    if p < PMIN:
-        p = PMIN
-    return p, bvc
+    return max(p, PMIN), bvc
 
 
 @pad.func
@@ -682,29 +697,18 @@ def sound_speed_term(pbvc, e, vv, bvc, p):
 def k_eos(i, repeat, rep, v, vnew, delv, qq, ql, e, p, q, ss, e_new, p_new, q_new, fault, flag):
     """The EOS of element ``i`` (EvalEOSForElems with CalcEnergyForElems and CalcSoundSpeedForElems) in
     its region's ``repeat``-th repetition. The last repetition writes the new e, p, q and sound speed; the
-    earlier ones (the original's load imbalance: costly regions repeat the same work) write scratch."""
+    earlier ones (the original's load imbalance: costly regions repeat the same work) write scratch.
+    Each value has its own name (the energy's stages are e1 ... e4), so the adjoint need not save any."""
     if repeat < rep[i]:
-        vnewc = vnew[i]
-        if vnewc < EOSVMIN:
-            vnewc = EOSVMIN
-        if vnewc > EOSVMAX:
-            vnewc = EOSVMAX
-        if repeat == 0:
-            vc = v[i]
-            if vc < EOSVMIN:
-                vc = EOSVMIN
-            if vc > EOSVMAX:
-                vc = EOSVMAX
-            if vc <= 0.0:
-                fault[0] += 1
-                flag[i] += EOS_VOLUME
-        e_old = e[i]
+        vnewc = min(max(vnew[i], EOSVMIN), EOSVMAX)
+        if repeat == 0 and min(max(v[i], EOSVMIN), EOSVMAX) <= 0.0:
+            fault[0] += 1
+            flag[i] += EOS_VOLUME
         delvc = delv[i]
         p_old = p[i]
         q_old = q[i]
         compression = 1.0 / vnewc - 1.0
-        vchalf = vnewc - delvc * 0.5
-        comp_half_step = 1.0 / vchalf - 1.0
+        comp_half_step = 1.0 / (vnewc - delvc * 0.5) - 1.0
         if vnewc <= EOSVMIN:
             comp_half_step = compression
         if vnewc >= EOSVMAX:
@@ -713,50 +717,37 @@ def k_eos(i, repeat, rep, v, vnew, delv, qq, ql, e, p, q, ss, e_new, p_new, q_ne
             comp_half_step = 0.0
         work = 0.0
 
-        en = e_old - 0.5 * delvc * (p_old + q_old) + 0.5 * work
-        if en < EMIN:
-            en = EMIN
-        p_half, bvc = pressure(en, comp_half_step, vnewc)
+        e1 = max(e[i] - 0.5 * delvc * (p_old + q_old) + 0.5 * work, EMIN)
+        p_half, bvc_half = pressure(e1, comp_half_step, vnewc)
         vhalf = 1.0 / (1.0 + comp_half_step)
-        if delvc > 0.0:
-            qn = 0.0
-        else:
-            ssc = sound_speed_term(C1S, en, vhalf * vhalf, bvc, p_half)
-            qn = ssc * ql[i] + qq[i]
-        en = en + 0.5 * delvc * (3.0 * (p_old + q_old) - 4.0 * (p_half + qn))
-
-        en = en + 0.5 * work
-        if abs(en) < E_CUT:
-            en = 0.0
-        if en < EMIN:
-            en = EMIN
-        pn, bvc = pressure(en, compression, vnewc)
-        if delvc > 0.0:
-            q_tilde = 0.0
-        else:
-            ssc = sound_speed_term(C1S, en, vnewc * vnewc, bvc, pn)
-            q_tilde = ssc * ql[i] + qq[i]
-        en = en - (7.0 * (p_old + q_old) - 8.0 * (p_half + qn) + (pn + q_tilde)) * delvc * SIXTH
-        if abs(en) < E_CUT:
-            en = 0.0
-        if en < EMIN:
-            en = EMIN
-        pn, bvc = pressure(en, compression, vnewc)
+        q1 = 0.0
         if delvc <= 0.0:
-            ssc = sound_speed_term(C1S, en, vnewc * vnewc, bvc, pn)
-            qn = ssc * ql[i] + qq[i]
-            if abs(qn) < Q_CUT:
-                qn = 0.0
+            q1 = sound_speed_term(C1S, e1, vhalf * vhalf, bvc_half, p_half) * ql[i] + qq[i]
+        e2 = e1 + 0.5 * delvc * (3.0 * (p_old + q_old) - 4.0 * (p_half + q1))
+
+        e3 = max(cut(e2 + 0.5 * work, E_CUT), EMIN)
+        p3, bvc3 = pressure(e3, compression, vnewc)
+        q_tilde = 0.0
+        if delvc <= 0.0:
+            q_tilde = sound_speed_term(C1S, e3, vnewc * vnewc, bvc3, p3) * ql[i] + qq[i]
+        e4 = max(
+            cut(e3 - (7.0 * (p_old + q_old) - 8.0 * (p_half + q1) + (p3 + q_tilde)) * delvc * SIXTH, E_CUT),
+            EMIN,
+        )
+        p4, bvc4 = pressure(e4, compression, vnewc)
+        q4 = q1
+        if delvc <= 0.0:
+            q4 = cut(sound_speed_term(C1S, e4, vnewc * vnewc, bvc4, p4) * ql[i] + qq[i], Q_CUT)
 
         if repeat == rep[i] - 1:
-            p[i] = pn
-            e[i] = en
-            q[i] = qn
-            ss[i] = sound_speed_term(C1S, en, vnewc * vnewc, bvc, pn)
+            p[i] = p4
+            e[i] = e4
+            q[i] = q4
+            ss[i] = sound_speed_term(C1S, e4, vnewc * vnewc, bvc4, p4)
         else:
-            p_new[i] = pn
-            e_new[i] = en
-            q_new[i] = qn
+            p_new[i] = p4
+            e_new[i] = e4
+            q_new[i] = q4
 
 
 @pad.kernel
