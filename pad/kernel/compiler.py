@@ -107,7 +107,7 @@ def build(
     """Lower, transform, print, compile (lazily, on first call) one variant of kernel ``fn`` for ``target``."""
     low = lower_kernel(fn, kinds)
     launch_index, params = low.params[0], low.params[1:]
-    types = infer_types(low.body, low.kinds)
+    low.body, types = infer_types(low.body, low.kinds)
     active_inputs = {p for p, a in zip(params, active, strict=True) if a}
     act = activity(low.body, types, active_inputs, low.kinds)
     defs = definitions(low.body, launch_index, low.kinds)  # what index ownership may look through
