@@ -570,3 +570,33 @@ def split_loops(body: list[Stmt]) -> dict[int, set[str]]:
         if not private & set(outside):
             found[id(loop)] = sums
     return found
+
+
+def running_extreme(loop: For) -> tuple[str, str, str] | None:
+    """``(m, e, op)`` for a loop whose body ends in ``t = max(m, e); m = t`` (or ``min``, either argument
+    order; ``m = copy(t)`` too), where ``m`` is the only scalar carried between iterations and the body
+    has no stores, loops or jumps: a running max/min of the ``e`` the rest of the body computes, else None."""
+    body = loop.body
+    if len(body) < 3 or any(
+        isinstance(x, (For, While, Store, Fill, Push, Pop, Break, Return)) for x in walk(body)
+    ):
+        return None
+    update, copy = body[-2], body[-1]
+    if not (isinstance(update, Assign) and isinstance(copy, Assign)):
+        return None
+    value = copy.value.args[0] if isinstance(copy.value, Call) and copy.value.op == "copy" else copy.value
+    if not (
+        value == Name(update.target) and isinstance(update.value, Call) and update.value.op in ("max", "min")
+    ):
+        return None
+    m = copy.target
+    others = [a for a in update.value.args if a != Name(m)]
+    if len(others) != 1 or not isinstance(others[0], Name) or others[0].id not in assigned(body[:-2]):
+        return None
+    if liveness(body, set(), prune=False)[1] & assigned(body) != {m}:
+        return None
+    if m in {n for x in walk(body[:-2]) for e in exprs_of(x) for n in names_in(e)} or m in assigned(
+        body[:-1]
+    ):
+        return None
+    return m, others[0].id, update.value.op

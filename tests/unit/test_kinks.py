@@ -99,3 +99,63 @@ def test_abs_partial_is_zero_at_both_zeros_and_ties_split_evenly():
     dx, dy = _gradient(k_min_max, x, y)
     np.testing.assert_array_equal(dx, [7.5, 7.5, 7.5])  # each of 1 + 2 + 4 + 8 split in half
     np.testing.assert_array_equal(dy, [7.5, 7.5, 7.5])
+
+
+@pad.kernel
+def k_running(i, a, top, bottom):
+    m = a[i, 0]
+    lo = a[i, 0]
+    for c in range(1, a.shape[1]):
+        m = max(m, a[i, c])
+    for c in range(1, a.shape[1]):
+        lo = min(a[i, c] * 2.0, lo)
+    top[i] = m
+    bottom[i] = lo
+
+
+@pytest.mark.parametrize("dtype", [np.float64, np.float32])
+def test_running_max_and_min_record_the_winner_and_share_ties_evenly(dtype):
+    """``m = max(m, a[k])`` in a loop pushes nothing per iteration; a value tied by k others gets 1/k of the
+    adjoint (JAX's max), whatever the order; two tied values get 0.5 each, as max's own partial says."""
+    a = np.array(
+        [
+            [1.0, 3.0, -2.0, 0.5],  # one winner each
+            [3.0, 1.0, 2.0, 0.0],  # the value before the loop wins the max
+            [-0.0, 0.0, 2.0, 2.0],  # a tie of two, and one of the two zeros for the min
+            [4.0, 4.0, 4.0, -1.0],  # a tie of three including the value before the loop
+            [0.0, -1.0, -1.0, -1.0],  # the min's tie of three: a[0] is not among them (2 * a[c] < a[0] fails)
+        ],
+        dtype,
+    )
+    source = k_running.variant((a, a[:, 0], a[:, 0]), "adjoint", (True, True, True)).source
+    assert "push(" not in source, source
+    da_top, da_bottom = np.zeros_like(a), np.zeros_like(a)
+    for da, seeds in ((da_top, (1.0, 0.0)), (da_bottom, (0.0, 1.0))):
+        top, bottom = np.zeros(len(a), dtype), np.zeros(len(a), dtype)
+        pad.autodiff(
+            lambda x, t, b: pad.launch(k_running, x.shape[0], x, t, b),
+            pad.Dup(a, da),
+            pad.Dup(top, np.full_like(top, seeds[0])),
+            pad.Dup(bottom, np.full_like(bottom, seeds[1])),
+        )
+    third = 1 / 3
+    np.testing.assert_allclose(
+        da_top,
+        [[0, 1, 0, 0], [1, 0, 0, 0], [0, 0, 0.5, 0.5], [third, third, third, 0], [1, 0, 0, 0]],
+        rtol=1e-6,
+    )
+    np.testing.assert_allclose(
+        da_bottom,
+        [[0, 0, 2, 0], [0, 0, 0, 2], [0.5, 1, 0, 0], [0, 0, 0, 2], [0, 2 * third, 2 * third, 2 * third]],
+        rtol=1e-6,
+    )
+    rng = np.random.default_rng(3)
+    x = rng.uniform(-1, 1, (6, 9)).astype(dtype)
+    pad.check_grad(
+        lambda x, t, b: pad.launch(k_running, x.shape[0], x, t, b),
+        pad.Dup(x, np.zeros_like(x)),
+        pad.Dup(np.zeros(6, dtype), np.zeros(6, dtype)),
+        pad.Dup(np.zeros(6, dtype), np.zeros(6, dtype)),
+        rtol=3e-3 if dtype == np.float32 else 1e-6,
+        atol=1e-4 if dtype == np.float32 else 1e-9,
+    )
