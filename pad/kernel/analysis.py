@@ -29,6 +29,7 @@ from pad.kernel.ir import (
     assigned,
     exprs_of,
     loaded_arrays,
+    map_blocks,
     names_in,
     walk,
 )
@@ -38,8 +39,21 @@ FLOATS = ("f4", "f8")
 
 
 # ---------------------------------------------------------------------------------------------- types
+WEAK = "w"  # a Python float (a literal, or computed from literals only): weak, as NumPy 2 treats it
+
+
 def promote(*types: str) -> str:
-    """NumPy/numba promotion of scalar types: any f8 -> f8; f4 with ints -> f8; ints and bools -> int."""
+    """NumPy/numba promotion of scalar types: any f8 -> f8; f4 with ints -> f8; ints and bools -> int.
+
+    A Python float is weak (NumPy 2): it takes the other floats' type, so ``max(x, 0.0)`` on float32 ``x``
+    stays float32; with ints only it is f8, and with nothing else it stays weak.
+    """
+    strong = [t for t in types if t != WEAK]
+    if len(strong) < len(types):
+        if not strong:
+            return WEAK
+        ty = promote(*strong)
+        return ty if ty in FLOATS else "f8"
     if "f8" in types:
         return "f8"
     if "f4" in types:
@@ -53,8 +67,10 @@ def join(a: str | None, b: str) -> str:
     return promote(a, b)
 
 
-def infer_types(body: list[Stmt], kinds: dict[str, Kind]) -> dict[str, str]:
-    """Scalar type ("b", "i", "f4", "f8") of every variable, iterated to a fixed point over loops."""
+def infer_types(body: list[Stmt], kinds: dict[str, Kind]) -> tuple[list[Stmt], dict[str, str]]:
+    """Scalar type ("b", "i", "f4", "f8") of every variable, iterated to a fixed point over loops; and the
+    body with its weak floats (:data:`WEAK`) cast to float32 where they meet float32 values (numba would
+    compute in float64 there). Variables that stay weak are f8."""
     types: dict[str, str] = {n: k for n, k in kinds.items() if isinstance(k, str)}
     changed = True
     while changed:
@@ -70,14 +86,48 @@ def infer_types(body: list[Stmt], kinds: dict[str, Kind]) -> dict[str, str]:
                 if new != types.get(target):
                     types[target] = new
                     changed = True
-    return types
+    body = _cast_weak(body, types, kinds)
+    return body, {n: "f8" if t == WEAK else t for n, t in types.items()}
+
+
+def _cast_weak(stmts: list[Stmt], types: dict[str, str], kinds: dict[str, Kind]) -> list[Stmt]:
+    """Weak operands cast to float32 where the other operands are float32 (comparisons too), or where all
+    operands are weak and the result goes to a float32 variable."""
+
+    def cast(e: Expr) -> Expr:
+        if expr_type(e, types, kinds) != WEAK:
+            return e
+        return Lit(np.float32(e.value)) if isinstance(e, Lit) else Call("f4", (e,))
+
+    def value(e: Expr, target: str) -> Expr:
+        if not isinstance(e, Call):
+            return cast(e) if types.get(target) == "f4" else e
+        first = 1 if e.op == "select" else 0  # the condition is no operand
+        operands = [expr_type(a, types, kinds) for a in e.args[first:]]
+        strong = [t for t in operands if t != WEAK]
+        if len(strong) == len(operands) or None in strong:
+            return e
+        if strong:
+            to_f4 = promote(*strong) == "f4"  # type: ignore[arg-type]
+        else:
+            to_f4 = types.get(target) == "f4" and RULES[e.op].result in ("promote", "float", "same")
+        return Call(e.op, e.args[:first] + tuple(cast(a) for a in e.args[first:])) if to_f4 else e
+
+    return [
+        Assign(s.target, value(s.value, s.target), line=s.line)
+        if isinstance(s, Assign)
+        else map_blocks(s, lambda b: _cast_weak(b, types, kinds))
+        for s in stmts
+    ]
 
 
 def expr_type(e: Expr, types: dict[str, str], kinds: dict[str, Kind]) -> str | None:
     if isinstance(e, Lit):
         if isinstance(e.value, np.float32):
             return "f4"
-        return "b" if isinstance(e.value, bool) else ("i" if isinstance(e.value, int) else "f8")
+        if isinstance(e.value, np.float64):
+            return "f8"
+        return "b" if isinstance(e.value, bool) else ("i" if isinstance(e.value, int) else WEAK)
     if isinstance(e, Name):
         return types.get(e.id)
     if isinstance(e, Elem):
@@ -96,7 +146,7 @@ def expr_type(e: Expr, types: dict[str, str], kinds: dict[str, Kind]) -> str | N
     if rule.result == "same":
         return "i" if known[0] == "b" and e.op != "copy" else known[0]
     ty = promote(*known)
-    if rule.result == "float" and ty not in FLOATS:
+    if rule.result == "float" and ty not in (*FLOATS, WEAK):
         return "f8"
     return ty
 
@@ -520,3 +570,33 @@ def split_loops(body: list[Stmt]) -> dict[int, set[str]]:
         if not private & set(outside):
             found[id(loop)] = sums
     return found
+
+
+def running_extreme(loop: For) -> tuple[str, str, str] | None:
+    """``(m, e, op)`` for a loop whose body ends in ``t = max(m, e); m = t`` (or ``min``, either argument
+    order; ``m = copy(t)`` too), where ``m`` is the only scalar carried between iterations and the body
+    has no stores, loops or jumps: a running max/min of the ``e`` the rest of the body computes, else None."""
+    body = loop.body
+    if len(body) < 3 or any(
+        isinstance(x, (For, While, Store, Fill, Push, Pop, Break, Return)) for x in walk(body)
+    ):
+        return None
+    update, copy = body[-2], body[-1]
+    if not (isinstance(update, Assign) and isinstance(copy, Assign)):
+        return None
+    value = copy.value.args[0] if isinstance(copy.value, Call) and copy.value.op == "copy" else copy.value
+    if not (
+        value == Name(update.target) and isinstance(update.value, Call) and update.value.op in ("max", "min")
+    ):
+        return None
+    m = copy.target
+    others = [a for a in update.value.args if a != Name(m)]
+    if len(others) != 1 or not isinstance(others[0], Name) or others[0].id not in assigned(body[:-2]):
+        return None
+    if liveness(body, set(), prune=False)[1] & assigned(body) != {m}:
+        return None
+    if m in {n for x in walk(body[:-2]) for e in exprs_of(x) for n in names_in(e)} or m in assigned(
+        body[:-1]
+    ):
+        return None
+    return m, others[0].id, update.value.op

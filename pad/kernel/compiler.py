@@ -36,6 +36,7 @@ from pad.kernel.emit import (
     base_name,
     cuda_kernel_source,
     element_type,
+    launch_offsets,
     launcher_source,
     uniform_add_names,
 )
@@ -88,6 +89,9 @@ class Variant:
     tape_slots: int = 0
     shares_loops: bool = False  # CUDA: lanes of a group share the sum loops; the kernel takes ``_G``
     depth_launcher: Any = None
+    # CPU: every private accumulation is at launch index + c, |c| <= halo: chunks of at least 2 * halo indices
+    # run in two waves (even, then odd chunks) and add into the arrays themselves (launcher takes ``_nwaves``)
+    halo: int = 0
 
 
 def cache_dir() -> Path:
@@ -107,7 +111,7 @@ def build(
     """Lower, transform, print, compile (lazily, on first call) one variant of kernel ``fn`` for ``target``."""
     low = lower_kernel(fn, kinds)
     launch_index, params = low.params[0], low.params[1:]
-    types = infer_types(low.body, low.kinds)
+    low.body, types = infer_types(low.body, low.kinds)
     active_inputs = {p for p, a in zip(params, active, strict=True) if a}
     act = activity(low.body, types, active_inputs, low.kinds)
     defs = definitions(low.body, launch_index, low.kinds)  # what index ownership may look through
@@ -146,7 +150,11 @@ def build(
     if target == "cuda":
         privates = []  # a CUDA thread accumulates into shared elements atomically, not into a copy
     buffers = [_buffer(kind, params[pos], mode) for kind, pos in privates]
-    launcher.extras += buffers
+    halo = _halo(body, launch_index, buffers) if target == "cpu" else 0
+    if halo:
+        privates, launcher.waves = [], True
+    else:
+        launcher.extras += buffers
     launcher.privates = buffers
     if launcher.accumulators:
         launcher.extras.append("_act")
@@ -167,6 +175,7 @@ def build(
         fn.__name__,
         # A fused launch makes every output: its outputs are not read, and no output is reduced into.
         fuses=bool(rev and rev.moved) and not (stored_names & loaded_names) and not reduced,
+        halo=halo,
     )
     if target == "cpu":
         variant.source = MODULE_HEADER.format(origin=origin) + launcher_source(
@@ -345,6 +354,27 @@ def _depth_kernel(
         counter, launch_index, body, rev.types, rev.kinds, [], fastmath, set(), share_loops=False
     )
     return _load(name, CUDA_MODULE_HEADER.format(origin=origin + " stack depth") + source)
+
+
+def _halo(body: list[Stmt], launch_index: str, buffers: list[str]) -> int:
+    """The largest ``|c|`` of the accumulations ``_pv<x>[i + c, ...] += v`` into private buffers when every
+    one is at the launch index ``i`` plus a constant (a stencil's adjoint), else 0.
+
+    Chunks of indices at least ``2 * |c|`` long, two apart, then never add to the same element: every other
+    chunk can run at once, adding into the array itself, with no per-thread copy of it to zero and sum.
+    """
+    names = {"_pv" + b[len("_priv") :] for b in buffers}
+    offsets = launch_offsets(body, launch_index)
+    halo = 0
+    for s in walk(body):
+        if isinstance(s, (Assign, Pop)) and s.target == launch_index:
+            return 0
+        if isinstance(s, Store) and s.array in names:
+            first = s.index[0]
+            if not (isinstance(first, Name) and first.id in offsets):
+                return 0
+            halo = max(halo, abs(offsets[first.id]))
+    return halo
 
 
 def _buffer(kind: str, param: str, mode: str) -> str:

@@ -179,6 +179,9 @@ class Launcher:
     locals: list[LocalArray] = field(
         default_factory=list
     )  # per-thread arrays: local arrays and their shadows
+    # Every private accumulation is at the launch index plus a constant: chunks run in waves (every other
+    # chunk at a time) and add into the arrays themselves; ``privates`` then name no buffers.
+    waves: bool = False
 
 
 def launcher_source(
@@ -192,21 +195,30 @@ def launcher_source(
 ) -> str:
     """The Python source of a ``@njit(parallel=True)`` launcher running ``body`` for every launch index."""
     p = Printer(types, kinds)
-    args = ", ".join(["_n", "_nchunks", *launcher.params, *launcher.extras])
+    args = ", ".join(
+        ["_n", "_nchunks", *(["_nwaves"] if launcher.waves else []), *launcher.params, *launcher.extras]
+    )
     p.lines += [
         f"@njit(parallel=True, nogil=True, cache=True, fastmath={fastmath}, error_model='numpy')",
         f"def {launcher.name}({args}):",
-        "    for _c in prange(_nchunks):",
-        "        _lo = _n * _c // _nchunks",
-        "        _hi = _n * (_c + 1) // _nchunks",
     ]
+    if launcher.waves:  # chunks _wave, _wave + _nwaves, ... at a time
+        p.lines += [
+            "    for _wave in range(_nwaves):",
+            "      for _k in prange((_nchunks - _wave + _nwaves - 1) // _nwaves):",
+            "        _c = _k * _nwaves + _wave",
+        ]
+    else:
+        p.lines.append("    for _c in prange(_nchunks):")
+    p.lines += ["        _lo = _n * _c // _nchunks", "        _hi = _n * (_c + 1) // _nchunks"]
     for local in launcher.locals:
         p.lines.append(f"        {local.target} = np.zeros({local.shape}, np.{local.dtype.name})")
     kinds_used = sorted({s.kind for s in walk(body) if isinstance(s, (Push, Pop))})
     for k in kinds_used:
         p.lines.append(f"        _s{k} = np.empty(64, np.{'float64' if k == 'f' else 'int64'})")
     for buf in launcher.privates:
-        p.lines.append(f"        _pv{buf[len('_priv') :]} = {buf}[_c]")
+        base = buf[len("_priv") :]
+        p.lines.append(f"        _pv{base} = {base if launcher.waves else f'{buf}[_c]'}")
     for acc in launcher.accumulators:
         p.lines.append(f"        _acc{acc} = {_ZERO[p.type_of(acc)]}")
     p.lines.append(f"        for {launch_index} in range(_lo, _hi):")
@@ -397,7 +409,7 @@ def cuda_kernel_source(
     """
     ranks = {local.target: len(local.shape) for local in launcher.locals}
     atomic = {s.array[len("_pv") :] for s in walk(body) if isinstance(s, Store) and s.array.startswith("_pv")}
-    offsets = _launch_offsets(body, launch_index)
+    offsets = launch_offsets(body, launch_index)
     tiles = _tiled(body, atomic, offsets, kinds)
     p = CudaPrinter(types, kinds, varying=varying, ranks=ranks, atomic=atomic, tiles=tiles, offsets=offsets)
     uses_tape = any(isinstance(s, (Push, Pop)) for s in walk(body))
@@ -480,7 +492,7 @@ def cuda_kernel_source(
     return "\n".join(p.lines) + "\n", bool(p.split)
 
 
-def _launch_offsets(body: list[Stmt], launch_index: str) -> dict[str, int]:
+def launch_offsets(body: list[Stmt], launch_index: str) -> dict[str, int]:
     """Names assigned exactly once, to the launch index plus an integer constant (and the index itself)."""
     counts: dict[str, int] = {}
     for s in walk(body):

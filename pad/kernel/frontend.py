@@ -249,12 +249,11 @@ class Lowering:
             n, getattr(__builtins__, n, None) if not isinstance(__builtins__, dict) else __builtins__.get(n)
         )
         if isinstance(value, (bool, int, float, np.integer, np.floating)):
-            # A float32 constant stays float32 (numba types it so); other NumPy scalars become Python numbers.
-            return Lit(
-                value
-                if isinstance(value, np.float32)
-                else (value.item() if isinstance(value, np.generic) else value)
-            )
+            # float32 and float64 constants keep their type (Python floats are weak: analysis.WEAK); other
+            # NumPy scalars become Python numbers.
+            if isinstance(value, (np.float32, np.float64)) or not isinstance(value, np.generic):
+                return Lit(value)
+            return Lit(value.item())
         raise scope.src.error(
             node,
             f"the name {n!r} is not a local variable, a parameter or a numeric global",

@@ -56,7 +56,7 @@ class Name(Expr):
 class Lit(Expr):
     """A literal. ``typed`` literals come from derivative rules and take the precision of their context."""
 
-    value: bool | int | float | np.float32
+    value: bool | int | float | np.float32 | np.float64
     typed: bool = False
 
 

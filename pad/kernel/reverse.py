@@ -27,6 +27,7 @@ from pad.kernel.analysis import (
     exposed_under_guards,
     liveness,
     owned,
+    running_extreme,
 )
 from pad.kernel.emit import UNORDERED
 from pad.kernel.frontend import ArrayKind, Kind, Namer, scalar_type
@@ -260,6 +261,11 @@ class Reverse:
 
     # -- loops -----------------------------------------------------------------------------------------
     def loop(self, s: For | While, need: set[str]) -> tuple[list[Stmt], list[Stmt]]:
+        extreme = running_extreme(s) if isinstance(s, For) else None
+        if isinstance(s, For) and extreme and extreme[0] in self.act.scalars:
+            code = self.extreme(s, *extreme)
+            if code is not None:
+                return code
         k = self.fresh(s, "k", "i")
         if isinstance(s, For):
             trip = self.fresh(s, "trip", "i")
@@ -314,6 +320,64 @@ class Reverse:
             self.remade |= {id(x) for x in walk(remade) if isinstance(x, Store)}
             return [*before, *save, forward], [*restore, *rev, *remade]
         return [*before, forward], rev
+
+    def extreme(self, s: For, m: str, e: str, op: str) -> tuple[list[Stmt], list[Stmt]] | None:
+        """A running max/min ``m = max(m, e)`` (:func:`running_extreme`) pushes nothing per iteration.
+
+        The forward records the iteration that set ``m`` last (``win``; -1: ``m``'s value before the loop)
+        and how many values tie with the result (``ties``, that one included). The reverse replays iteration
+        ``win`` alone; at a tie it shares ``m``'s adjoint evenly among the tied values, as JAX's max does
+        (for two values this is the 0.5 each of ``max``'s own partial). None where replaying the iteration
+        would push (the general reversal then applies).
+        """
+        pre = s.body[:-2]
+        f_pre, r_pre = self.region(pre, set())
+        if any(isinstance(x, (Push, Pop)) for x in walk(f_pre + r_pre)):
+            return None
+        win, ties = self.fresh(s, "win", "i"), self.fresh(s, "ties", "i")
+        share = self.fresh(s, "share", self.types[m])
+        ty = self.types[m]
+        bar_m, bar_e = Name(adj(m)), Name(adj(e))
+        track = If(
+            call("gt" if op == "max" else "lt", Name(e), Name(m)),
+            [Assign(win, Name(s.var), line=s.line), Assign(ties, Lit(1), line=s.line)],
+            [
+                If(
+                    call("eq", Name(e), Name(m)),
+                    [Assign(ties, call("add", Name(ties), Lit(1)), line=s.line)],
+                    [],
+                )
+            ],
+            line=s.line,
+        )
+        forward = [
+            Assign(win, Lit(-1), line=s.line),
+            Assign(ties, Lit(1), line=s.line),
+            For(s.var, s.start, s.stop, s.step, [*pre, track, *s.body[-2:]], line=s.line),
+        ]
+        alone = [
+            Assign(s.var, Name(win), line=s.line),
+            *f_pre,
+            Assign(adj(e), call("add", bar_e, bar_m), line=s.line),
+            Assign(adj(m), Lit(0.0, typed=True), line=s.line),
+            *r_pre,
+        ]
+        tied_here = call("select", call("eq", Name(e), Name(m)), Name(share), Lit(0.0, typed=True))
+        shared = [
+            Assign(share, call("div", bar_m, Call("f4" if ty == "f4" else "f8", (Name(ties),))), line=s.line),
+            Assign(adj(m), call("select", call("lt", Name(win), Lit(0)), Name(share), Lit(0.0, typed=True))),
+            For(
+                s.var,
+                s.start,
+                s.stop,
+                s.step,
+                [*f_pre, Assign(adj(e), call("add", bar_e, tied_here), line=s.line), *r_pre],
+                line=s.line,
+            ),
+        ]
+        one = call("eq", Name(ties), Lit(1))
+        reverse = If(one, [If(call("ge", Name(win), Lit(0)), alone, [], line=s.line)], shared, line=s.line)
+        return forward, [reverse]
 
     def _rebuildable(self, s: For | While, rev_body: list[Stmt]) -> list[str]:
         """The sums an order-free loop's reverse can rebuild for the output stores that follow it (fused)."""

@@ -4,7 +4,10 @@ A rule's ``partials(out, *args)`` returns one expression per argument: the parti
 with respect to that argument (``None`` where it is zero), written with ``out`` (the result) and the
 arguments. Tangents are ``sum(partial * tangent)``; adjoints are ``arg_bar += partial * out_bar``. An op with
 no partials is piecewise constant (comparisons, floor, integer casts): it never carries a derivative.
-Ties of ``min``/``max`` go to the first argument.
+
+At a kink the partial is the minimal-norm subgradient (JAX's and PyTorch's choice), which central differences
+agree with and which depends neither on the sign of a zero nor on the order of arguments: ``abs(x)`` has
+``sign(x)`` (0 at 0, whether +0.0 or -0.0), and a tie of ``min``/``max`` gives each argument 0.5.
 """
 
 from __future__ import annotations
@@ -45,6 +48,16 @@ def _ind(cond: Expr) -> Expr:
     return call("indicator", cond)
 
 
+def _sign(x: Expr) -> Expr:
+    """-1, 0 or 1, the partial of ``abs``: 0 at both zeros (``copysign(1, x)`` would follow the sign bit)."""
+    return _ind(call("gt", x, 0.0)) - _ind(call("lt", x, 0.0))
+
+
+def _winner(a: Expr, b: Expr) -> Expr:
+    """The partial of ``min(a, b)`` in ``a`` and of ``max(a, b)`` in ``b``: 1 where ``a < b``, 0.5 at a tie."""
+    return _ind(call("lt", a, b)) + 0.5 * _ind(call("eq", a, b))
+
+
 def _sqrt(x: Expr) -> Expr:
     return call("sqrt", x)
 
@@ -64,25 +77,15 @@ rule(
 )
 rule("floordiv", "({0} // {1})", "promote")
 rule("mod", "({0} % {1})", "promote", lambda out, a, b: [Lit(1, True), -call("floor", a / b)])
-rule(
-    "min",
-    "min({0}, {1})",
-    "promote",
-    lambda out, a, b: [_ind(call("le", a, b)), _ind(call("not", call("le", a, b)))],
-)
-rule(
-    "max",
-    "max({0}, {1})",
-    "promote",
-    lambda out, a, b: [_ind(call("ge", a, b)), _ind(call("not", call("ge", a, b)))],
-)
-rule("abs", "abs({0})", "same", lambda out, x: [call("copysign", 1.0, x)])
-rule("fabs", "math.fabs({0})", "float", lambda out, x: [call("copysign", 1.0, x)])
+rule("min", "min({0}, {1})", "promote", lambda out, a, b: [_winner(a, b), _winner(b, a)])
+rule("max", "max({0}, {1})", "promote", lambda out, a, b: [_winner(b, a), _winner(a, b)])
+rule("abs", "abs({0})", "same", lambda out, x: [_sign(x)])
+rule("fabs", "math.fabs({0})", "float", lambda out, x: [_sign(x)])
 rule(
     "copysign",
     "math.copysign({0}, {1})",
     "float",
-    lambda out, a, b: [call("copysign", 1.0, a) * call("copysign", 1.0, b), None],
+    lambda out, a, b: [_sign(a) * call("copysign", 1.0, b), None],
 )
 rule("select", "({1} if {0} else {2})", "promote")
 # A boolean as 0.0 or 1.0 (derivatives of min/max): np.float32(...) where the value is float32 (emit.py).

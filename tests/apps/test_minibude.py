@@ -222,6 +222,25 @@ def test_gradients_match_float64_reference_formula(wrt):
         assert abs(mine - fd) <= 2e-3 * max(1.0, abs(fd)), (wrt, idx, mine, fd)
 
 
+def test_charge_gradient_of_uncharged_types_matches_central_differences():
+    """bm1's uncharged types (elsc 0, type 18 stored as -0.0) sit on the kink of -|chrg| against 'E' atoms:
+    their elsc gradient is abs's partial at zero, 0 there (pad/kernel/rules.py), as central differences say."""
+    deck = real_deck("bm1").first(8)
+    got = Docking(deck, ppwi=4).gradient("forcefield")
+    used = np.union1d(deck.ligand_type, deck.protein_type)
+    uncharged = [t for t in used if deck.ff_params[t, 2] == 0.0]
+    assert 18 in uncharged and np.signbit(deck.ff_params[18, 2])
+    base = deck.ff_params.astype(np.float64)
+    for t in uncharged:
+        sums = []
+        for h in (1e-4, -1e-4):
+            moved = base.copy()
+            moved[t, 2] += h
+            sums.append(reference_energies(dataclasses.replace(deck, ff_params=moved)).sum())
+        fd = (sums[0] - sums[1]) / 2e-4
+        assert abs(got[t, 2] - fd) <= 2e-3 * max(1.0, abs(fd)), (t, got[t, 2], fd)
+
+
 def test_pose_gradient_is_per_pose():
     """d(energy k)/d(pose k) from one reverse pass equals the gradient of pose k's energy alone."""
     deck = small_deck(nposes=9)

@@ -92,3 +92,33 @@ def test_div_mod_index_owned_by_iteration():
     x = np.ones(12)
     assert _mixed_rc.variant((x, out, 3, 4), "primal").privates != []
     assert _varying_rc.variant((x, out, 3), "primal").privates != []
+
+
+TENTH = 0.1
+STRONG = np.float64(0.1)
+
+
+@pad.kernel
+def k_weak(i, a, out, above, strong):
+    e = 0.0
+    for _k in range(3):
+        e += max(a[i], 0.0) * TENTH + 0.3
+    out[i] = e
+    above[i] = a[i] > 0.1
+    strong[i] = a[i] * STRONG
+
+
+def test_python_floats_are_weak_in_float32_kernels():
+    """Python float literals and globals take float32 where they meet float32 values (NumPy 2's rule for
+    Python scalars), comparisons included; NumPy float64 constants stay float64."""
+    a = np.array([0.1, -0.5, 1.7, 2.9e-3, 3.3], np.float32)
+    out, above, strong = np.zeros_like(a), np.zeros(a.shape, np.bool_), np.zeros(a.shape, np.float64)
+    pad.launch(k_weak, a.shape[0], a, out, above, strong)
+    e = np.zeros_like(a)
+    for _ in range(3):
+        e += np.maximum(a, 0.0) * TENTH + 0.3  # float32 throughout under NumPy 2
+    assert e.dtype == np.float32
+    np.testing.assert_array_equal(out, e)
+    np.testing.assert_array_equal(above, a > 0.1)
+    assert not above[0]  # float32(0.1) == 0.1 in float32; in float64 it is larger
+    np.testing.assert_array_equal(strong, a.astype(np.float64) * STRONG)

@@ -60,3 +60,36 @@ def test_one_and_two_threads_agree(which):
     two = run(2, program, arrays)
     for a, b in zip(one[0] + one[1], two[0] + two[1], strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+
+
+@pad.kernel
+def k_wide_stencil(i, x, y, z):
+    n = x.shape[0]
+    if i >= 3 and i < n - 3:
+        y[i] = x[i - 3] * x[i + 2] - 0.5 * x[i + 3]
+        z[i + 1] += x[i]
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
+@pytest.mark.parametrize("n", [9, 13, 14, 40, 1001])
+def test_stencil_adjoints_add_into_the_shadow_in_two_waves(n):
+    """Reads at i + c (and adds at i + 1) need no private copy of x: chunks of at least 2 * 3 indices, every
+    other one at a time, add into the shadow itself (one chunk where n is too small for four)."""
+    rng = np.random.default_rng(n)
+    x = rng.uniform(0.5, 1.5, n)
+    program = lambda x, y, z: pad.launch(k_wide_stencil, x.shape[0], x, y, z)  # noqa: E731
+    variant = k_wide_stencil.variant((x, x, x), "adjoint", (True, True, True))
+    assert variant.halo == 3 and not variant.privates
+    assert k_wide_stencil.variant((x, x, x), "primal").halo == 1
+    one = run(1, program, [x, np.zeros(n), np.zeros(n)])
+    two = run(2, program, [x, np.zeros(n), np.zeros(n)])
+    for a, b in zip(one[0] + one[1], two[0] + two[1], strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12)
+    dy, dz = np.linspace(0.5, 1.5, n), np.linspace(0.5, 1.5, n)
+    inner = np.arange(3, n - 3)
+    dx = np.linspace(0.5, 1.5, n)
+    np.add.at(dx, inner - 3, dy[inner] * x[inner + 2])
+    np.add.at(dx, inner + 2, dy[inner] * x[inner - 3])
+    np.add.at(dx, inner + 3, -0.5 * dy[inner])
+    np.add.at(dx, inner, dz[inner + 1])
+    np.testing.assert_allclose(two[1][0], dx, rtol=1e-12)
