@@ -5,7 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -13,26 +12,14 @@ import pytest
 
 from apps.minibude.deck import write_deck
 from tests.apps.minibude_support import reference_energies, small_deck
+from tests.slurm_support import slurm_answers
 
 REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
-def _slurm_answers() -> str | None:
-    """Why the test cannot run, or None when sbatch exists and a partition has an idle node."""
-    if shutil.which("sbatch") is None:
-        return "no sbatch on PATH (start one with ../shared/tools/slurm-local.sh)"
-    try:
-        proc = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"sinfo failed: {exc}"
-    if proc.returncode != 0 or "idle" not in proc.stdout.split():
-        return f"no idle Slurm node (sinfo: {(proc.stdout + proc.stderr).strip()[:200]})"
-    return None
-
-
 @pytest.mark.parametrize("use_srun", ["0", "1"])
 def test_sbatch_script_runs_under_slurm(tmp_path, use_srun):
-    why = _slurm_answers()
+    why = slurm_answers()
     if why:
         pytest.skip(why)
     deck = small_deck(nposes=16)
