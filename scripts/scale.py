@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.metadata
+import importlib
 import json
 import os
 import platform
@@ -37,10 +37,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
-
-from tqdm import tqdm
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPU_WRAPPER = os.path.join(REPO, "scripts", "one_gpu_per_rank.sh")
@@ -119,7 +118,8 @@ def command(
 
 
 def environment(point: Point) -> dict[str, str]:
-    """The point's environment: numba gets exactly its threads, pad and the apps import from this checkout."""
+    """The point's environment: numba gets exactly its threads, pad and the apps import from this checkout
+    (the app runs in the caller's directory, where relative paths among its arguments point)."""
     path = os.environ.get("PYTHONPATH")
     return {
         **os.environ,
@@ -161,10 +161,11 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _version(package: str) -> str | None:
+def _version(module: str) -> str | None:
+    """``module.__version__``, or None where it is missing or cannot be imported (a broken CUDA install)."""
     try:
-        return importlib.metadata.version(package)
-    except importlib.metadata.PackageNotFoundError:
+        return str(importlib.import_module(module).__version__)
+    except (ImportError, AttributeError, OSError, RuntimeError):
         return None
 
 
@@ -186,7 +187,6 @@ def _pad_commit() -> str | None:
 
 def describe_machine(mpiexec: list[str]) -> dict[str, Any]:
     """Where the study runs: host, CPU, cores, GPUs, library versions, launcher, pad's commit, date."""
-    cupy = [d.version for d in importlib.metadata.distributions() if d.metadata["Name"].startswith("cupy")]
     return {
         "hostname": platform.node(),
         "cpu": _cpu_model(),
@@ -195,10 +195,7 @@ def describe_machine(mpiexec: list[str]) -> dict[str, Any]:
         "gpus": gpu_names(),
         "os": platform.platform(),
         "python": platform.python_version(),
-        "versions": {
-            **{p: _version(p) for p in ("numpy", "numba", "numba-cuda", "mpi4py", "mpich")},
-            "cupy": cupy[0] if cupy else None,
-        },
+        "versions": {m: _version(m) for m in ("numpy", "numba", "numba_cuda", "mpi4py", "cupy", "tqdm")},
         "launcher": shlex.join(mpiexec),
         "launcher_version": _launcher_version(mpiexec),
         "pad_commit": _pad_commit(),
@@ -224,7 +221,6 @@ def run_point(
     try:
         proc = subprocess.Popen(
             cmd,
-            cwd=REPO,
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -282,6 +278,15 @@ def _summary(point: Point, record: dict[str, Any] | None, error: str | None) -> 
     return text
 
 
+def _progress(points: list[Point], label: str) -> tuple[Any, Callable[[str], None]]:
+    """The points under a tqdm progress bar on a terminal, and how to print a line beside it."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # a GPU host without a package index may lack it; the per-point lines remain
+        return points, print
+    return tqdm(points, unit="point", desc=label, disable=None), tqdm.write
+
+
 def study(args: argparse.Namespace, extra: list[str]) -> int:
     points = plan(args)
     mpiexec = shlex.split(args.mpiexec)
@@ -295,7 +300,8 @@ def study(args: argparse.Namespace, extra: list[str]) -> int:
     )
     failures: list[tuple[Point, str]] = []
     with tempfile.TemporaryDirectory(prefix="pad-scale-") as tmp, open(args.out, "a") as out:
-        for point in tqdm(points, unit="point", desc=f"{args.app} {args.kind}", disable=None):
+        bar, write = _progress(points, f"{args.app} {args.kind}")
+        for point in bar:
             json_path = os.path.join(tmp, "result.json")
             if os.path.exists(json_path):
                 os.remove(json_path)
@@ -322,7 +328,7 @@ def study(args: argparse.Namespace, extra: list[str]) -> int:
             }
             out.write(json.dumps(line) + "\n")
             out.flush()
-            tqdm.write(_summary(point, record, error))
+            write(_summary(point, record, error))
             if error is not None:
                 failures.append((point, error))
     print(f"scale: {len(points) - len(failures)} of {len(points)} points ran; results in {args.out}")
