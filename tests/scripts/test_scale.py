@@ -191,3 +191,26 @@ def test_tiny_study_records_every_point(tiny_study):
         machine = r["machine"]
         assert machine["cores"] >= 1 and machine["cpu"] and machine["versions"]["numba"] and machine["date"]
     assert len({r["study"] for r in runs}) == 2  # one per invocation, both appended to the same file
+
+
+def test_every_study_of_studies_sh_can_be_planned(capsys):
+    """The studies for the lent hosts: each plans (no point refused), GPU studies run one rank per GPU."""
+    listed = subprocess.run(
+        ["bash", "scripts/studies.sh", "-l"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    names = [line.split(":")[0] for line in listed]
+    assert names == [
+        "minibude-threads", "minibude-ranks", "lulesh-threads", "lulesh-ranks-strong", "lulesh-ranks-weak",
+        "minibude-gpus", "lulesh-gpus",
+    ]  # fmt: skip
+    for line in listed:
+        argv = line.split("python -m scripts.scale ")[1].split()
+        assert (
+            scale.main([argv[0], "--mpiexec", "mpirun --allow-run-as-root", "--dry-run", *argv[1:]]) == 0
+        ), line
+        commands = capsys.readouterr().out.splitlines()
+        modes = {c.split("--mode ")[1].split()[0] for c in commands}
+        assert modes == {"primal", "grad"}, line
+        if "--kind gpus" in line:
+            assert all(f"bash {GPU_WRAPPER} " in c and "--device gpu" in c for c in commands)
+    assert len(listed) == 7
