@@ -7,7 +7,6 @@
 # A failed point is recorded and the next one runs; the exit status is 1 if any point failed, and each
 # study's failures are listed in OUT/studies.log.
 set -uo pipefail
-cd "$(dirname "$0")/.."
 
 declare -A STUDY=(
   # miniBUDE bm1 (65,536 poses), primal and gradient with respect to the protein
@@ -31,7 +30,7 @@ if [[ $# -lt 1 ]]; then
   echo "usage: bash scripts/studies.sh OUT [STUDY ...]   (bash scripts/studies.sh -l lists the studies)" >&2
   exit 2
 fi
-OUT=$1
+OUT=$(realpath -m "$1")
 shift
 studies=("$@")
 if [[ ${#studies[@]} -eq 0 ]]; then studies=("${ORDER[@]}"); fi
@@ -42,6 +41,7 @@ for name in "${studies[@]}"; do
   fi
 done
 
+cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$OUT"
