@@ -1,7 +1,8 @@
 """``python -m apps.minibude``: score docking poses with the fasten energy, and differentiate it.
 
 Runs alone or under ``mpiexec -n N`` (poses split over ranks). With no arguments it scores a built-in
-synthetic deck; ``--deck DIR`` reads a real one (and verifies against its ``ref_energies.out``).
+synthetic deck; ``--deck DIR`` reads a real one (and verifies against its ``ref_energies.out``), ``--deck bm1``
+the one shipped in ``apps/minibude/data``.
 Bad input prints one line naming the file or flag and exits with status 2.
 """
 
@@ -15,7 +16,7 @@ from typing import Any, NoReturn
 
 import numpy as np
 
-from apps.minibude.deck import Deck, InputError, read_deck, synthetic_deck
+from apps.minibude.deck import Deck, InputError, find_deck, read_deck, synthetic_deck
 from apps.minibude.driver import WRT, Docking, verify
 
 EXIT_BAD_INPUT = 2
@@ -59,7 +60,9 @@ def _check_writable(flag: str, path: str | None) -> None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = _Parser(prog="python -m apps.minibude", description=__doc__.split("\n")[0])
-    p.add_argument("--deck", metavar="DIR", help="deck directory (default: built-in synthetic deck)")
+    p.add_argument(
+        "--deck", metavar="DIR", help="deck directory, or bm1 (shipped; default: built-in synthetic deck)"
+    )
     p.add_argument("--poses", type=_positive, metavar="N", help="use the first N poses of the deck")
     p.add_argument("--iterations", type=_positive, default=8, help="timed iterations (default 8)")
     p.add_argument("--ppwi", type=_positive, help="poses per work item (default 64 on cpu, 4 on gpu)")
@@ -95,7 +98,7 @@ def _comm() -> Any:
 
 
 def _load(args: argparse.Namespace) -> Deck:
-    deck = read_deck(args.deck) if args.deck else synthetic_deck(nposes=8192)
+    deck = read_deck(find_deck(args.deck)) if args.deck else synthetic_deck(nposes=8192)
     return deck.first(args.poses) if args.poses else deck
 
 

@@ -20,10 +20,23 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-__all__ = ["HBTYPE_E", "HBTYPE_F", "Deck", "InputError", "read_deck", "synthetic_deck", "write_deck"]
+__all__ = [
+    "HBTYPE_E",
+    "HBTYPE_F",
+    "SHIPPED",
+    "Deck",
+    "InputError",
+    "find_deck",
+    "read_deck",
+    "synthetic_deck",
+    "write_deck",
+]
 
 HBTYPE_F = ord("F")
 HBTYPE_E = ord("E")
+
+SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
+"""The decks that come with pad (``bm1``), one directory each; see ``data/README.md`` for their origin."""
 
 _ATOM = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("type", "<i4")])
 _FFPARAM = np.dtype([("hbtype", "<i4"), ("radius", "<f4"), ("hphb", "<f4"), ("elsc", "<f4")])
@@ -102,6 +115,17 @@ def _records(path: str, dtype: np.dtype, what: str) -> np.ndarray:
             f"{dtype.itemsize}-byte records"
         )
     return np.fromfile(path, dtype=dtype)
+
+
+def find_deck(deck: str) -> str:
+    """The directory of ``deck``: a directory path, else the name of a deck shipped with pad (``bm1``)."""
+    if os.path.isdir(deck):
+        return deck
+    shipped = os.path.join(SHIPPED, deck)
+    if os.sep not in deck and os.path.isfile(os.path.join(shipped, "poses.in")):
+        return shipped
+    names = sorted(d for d in os.listdir(SHIPPED) if os.path.isfile(os.path.join(SHIPPED, d, "poses.in")))
+    raise InputError(f"--deck: {deck} is neither a deck directory nor a shipped deck ({', '.join(names)})")
 
 
 def read_deck(directory: str) -> Deck:

@@ -8,19 +8,21 @@ import os
 import numpy as np
 import pytest
 
-from apps.minibude.deck import HBTYPE_E, HBTYPE_F, Deck, read_deck, synthetic_deck
+from apps.minibude.deck import HBTYPE_E, HBTYPE_F, SHIPPED, Deck, read_deck, synthetic_deck
 
-DATA = os.path.normpath(
+OUTSIDE = os.path.normpath(
     os.path.join(os.path.dirname(__file__), "..", "..", "..", "shared", "data", "minibude")
 )
 
 
 def real_deck(name: str = "bm1") -> Deck:
-    """A deck from ../shared/data/minibude, or skip the test with the reason."""
-    path = os.path.join(DATA, name)
-    if not os.path.isfile(os.path.join(path, "poses.in")):
-        pytest.skip(f"miniBUDE deck {name} not found at {path} (the shared data directory is absent)")
-    return read_deck(path)
+    """A deck shipped with pad (bm1), else one from ../shared/data/minibude (bm2), or skip the test."""
+    for path in (os.path.join(SHIPPED, name), os.path.join(OUTSIDE, name)):
+        if os.path.isfile(os.path.join(path, "poses.in")):
+            return read_deck(path)
+    pytest.skip(
+        f"miniBUDE deck {name} is neither shipped nor at {OUTSIDE} (the shared data directory is absent)"
+    )
 
 
 def small_deck(nposes: int = 37, smooth: bool = False) -> Deck:

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.apps.slurm_support import slurm_answers
+from tests.slurm_support import slurm_answers
 
 REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 

@@ -13,7 +13,7 @@ import pytest
 
 import pad
 from apps.minibude.__main__ import main
-from apps.minibude.deck import InputError, read_deck, synthetic_deck, write_deck
+from apps.minibude.deck import SHIPPED, InputError, read_deck, synthetic_deck, write_deck
 from apps.minibude.driver import Docking, verify
 from apps.minibude.kernels import NCOEF, fasten, fasten_x4, pair_coefficients
 from tests.apps.minibude_support import real_deck, reference_energies, small_deck, smoothed
@@ -185,12 +185,14 @@ def test_gradients_pass_check_grad(wrt, which, kernel):
     k, ppwi = (fasten, 4) if kernel == "fasten" else (fasten_x4, 6)
     f, offset = _objective(deck, wrt, k, ppwi)
     energies = np.zeros(deck.nposes, np.float32)
+    # Float32 finite differences of bm1's energies (hundreds each) carry an absolute noise of about
+    # eps32 * |J| / h = 0.07, above 1e-2 where a direction's derivative is small.
     pad.check_grad(
         f,
         pad.Dup(offset, np.zeros_like(offset)),
         pad.Dup(energies, np.zeros_like(energies)),
         rtol=1e-2,
-        atol=1e-2,
+        atol=1e-2 if which == "synthetic" else 0.2,
     )
 
 
@@ -317,6 +319,19 @@ def test_cli_runs_and_writes_results(tmp_path, capsys):
     assert "valid: yes" in capsys.readouterr().out
 
 
+def test_cli_finds_shipped_deck_by_name_or_path(tmp_path, capsys, monkeypatch):
+    """``--deck bm1`` reads the deck shipped in apps/minibude/data from any directory, and verifies it."""
+    monkeypatch.chdir(tmp_path)
+    for deck in ("bm1", os.path.join(SHIPPED, "bm1")):
+        res = tmp_path / "r.json"
+        argv = ["--deck", deck, "--poses", "64", "--iterations", "1", "--threads", "1", "--json", str(res)]
+        assert main(argv) == 0
+        r = json.loads(res.read_text())
+        assert r["valid"] and r["problem"]["deck"] == "bm1" and r["checks"]["reference"]["poses"] == 64
+        assert r["checks"]["reference"]["max_rel_diff"] < 2.5e-4
+    assert "valid: yes" in capsys.readouterr().out
+
+
 def test_cli_optimize_lowers_energies(tmp_path, capsys):
     deck_dir = tmp_path / "deck"
     deck = small_deck(nposes=40)
@@ -347,6 +362,7 @@ def test_cli_optimize_lowers_energies(tmp_path, capsys):
         (["--poses", "0"], "--poses"),
         (["--poses", "100000"], "--poses"),
         (["--deck", "/nonexistent/deck"], "/nonexistent/deck"),
+        (["--deck", "bm9"], "--deck: bm9 is neither a deck directory nor a shipped deck (bm1)"),
         (["--ppwi", "0"], "--ppwi"),
         (["--mode", "fast"], "--mode"),
         (["--output", "/nonexistent/dir/e.txt"], "--output"),

@@ -12,7 +12,7 @@ import pytest
 
 from apps.minibude.deck import write_deck
 from tests.apps.minibude_support import reference_energies, small_deck
-from tests.apps.slurm_support import slurm_answers
+from tests.slurm_support import slurm_answers
 
 REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 

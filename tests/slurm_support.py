@@ -1,4 +1,4 @@
-"""What the tests of the Slurm scripts share."""
+"""What the tests of the Slurm scripts share: whether a Slurm answers here."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import subprocess
 
 
 def slurm_answers() -> str | None:
-    """Why the test cannot run, or None when sbatch exists and a partition has an idle node."""
+    """Why a batch-script test cannot run, or None when sbatch exists and a partition has an idle node."""
     if shutil.which("sbatch") is None:
         return "no sbatch on PATH (start one with ../shared/tools/slurm-local.sh)"
     try:

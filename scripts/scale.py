@@ -1,0 +1,403 @@
+"""``python -m scripts.scale``: a scaling study of a pad app, every point's results in one JSON-lines file.
+
+For each mode, worker count, size and repeat it runs the app's command line once: ``--threads N`` in one
+process (``--kind threads``), under ``mpiexec -n N`` with one thread per rank (``--kind ranks``), or under
+``mpiexec -n N`` with one GPU per rank (``--kind gpus``: ``--device gpu``, and ``one_gpu_per_rank.sh`` sets
+``CUDA_VISIBLE_DEVICES`` to the rank's own GPU). Each point appends one line as soon as it ends, so a later
+failure loses nothing:
+
+    {"study", "app", "mode", "kind", "workers", "scaling", "size", "ranks", "threads", "repeat",
+     "command", "started", "wall_s", "ok", "error", "result", "machine"}
+
+``result`` is the app's ``--json`` record (None if it wrote none), ``error`` why the point failed (None when
+it did not), ``machine`` the host (CPU model, cores, GPUs, library versions, pad commit, date). A failed
+point (the app's exit status, a check failing, a launcher missing, more GPUs asked for than the machine has,
+a timeout) is recorded and the study goes on; failures are listed at the end and the exit status is 1.
+
+Sizes: miniBUDE's is poses (``--poses``; by default the whole deck), LULESH's the mesh edge. Strong scaling
+keeps the total problem (LULESH ranks split ``-s SIZE`` into ``-s SIZE/cbrt(ranks)`` each); weak scaling
+gives every worker ``SIZE`` (miniBUDE: ``SIZE * workers`` poses; LULESH: ``SIZE**3`` elements per worker,
+i.e. ``-s SIZE`` per rank). LULESH needs a cube number of ranks. Arguments after ``--`` go to the app.
+
+    python -m scripts.scale minibude --kind threads --workers 1 2 4 --modes primal grad -- --deck bm1
+    python -m scripts.scale lulesh --kind ranks --workers 1 8 --sizes 60 --iterations 50 --modes primal grad
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import importlib
+import json
+import os
+import platform
+import shlex
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GPU_WRAPPER = os.path.join(REPO, "scripts", "one_gpu_per_rank.sh")
+APPS = ("minibude", "lulesh")
+MODES = {"minibude": ("primal", "grad"), "lulesh": ("primal", "grad", "sensitivity")}
+KINDS = ("threads", "ranks", "gpus")
+ERROR_TAIL = 2000  # characters of the app's output kept with a failed point
+
+
+@dataclass(frozen=True)
+class Point:
+    """One run of the app: a mode, a worker count, a size (None: the app's whole default problem)."""
+
+    app: str
+    mode: str
+    kind: str
+    workers: int
+    scaling: str
+    size: int | None
+    repeat: int = 0
+
+    @property
+    def ranks(self) -> int:
+        return 1 if self.kind == "threads" else self.workers
+
+    @property
+    def threads(self) -> int:
+        return self.workers if self.kind == "threads" else 1
+
+
+def _icbrt(n: int) -> int | None:
+    """The integer cube root of ``n``, or None if ``n`` is not a cube."""
+    root = round(n ** (1.0 / 3.0))
+    return root if root**3 == n else None
+
+
+def lulesh_edge(point: Point) -> int:
+    """LULESH's ``-s`` (elements per side per rank) at ``point``; ValueError if the mesh cannot be split so."""
+    if _icbrt(point.ranks) is None:
+        raise ValueError(f"LULESH needs a cube number of ranks (1, 8, 27, ...), not {point.ranks}")
+    size = 30 if point.size is None else point.size
+    elements = size**3 * (point.workers if point.scaling == "weak" else 1)
+    edge = _icbrt(elements // point.ranks) if elements % point.ranks == 0 else None
+    if edge is None:
+        raise ValueError(
+            f"LULESH {point.scaling} scaling of size {size} on {point.workers} {point.kind}: "
+            f"{elements} elements do not make {point.ranks} equal cube(s), one per rank"
+        )
+    return edge
+
+
+def app_arguments(point: Point, iterations: int | None, json_path: str) -> list[str]:
+    """The app's own flags at ``point`` (the study's extra arguments are appended after them)."""
+    device = "gpu" if point.kind == "gpus" else "cpu"
+    common = ["--mode", point.mode, "--threads", str(point.threads), "--device", device, "--json", json_path]
+    if point.app == "lulesh":
+        args = ["-q", "-s", str(lulesh_edge(point)), *common]
+        return args + (["-i", str(iterations)] if iterations is not None else [])
+    args = common
+    if point.size is not None:
+        args += ["--poses", str(point.size * (point.workers if point.scaling == "weak" else 1))]
+    elif point.scaling == "weak":
+        raise ValueError("miniBUDE weak scaling needs --sizes (poses per worker)")
+    return args + (["--iterations", str(iterations)] if iterations is not None else [])
+
+
+def command(
+    point: Point, iterations: int | None, json_path: str, extra: list[str], python: str, mpiexec: list[str]
+) -> list[str]:
+    """The full command line of ``point``: the launcher (for ranks and gpus), then the app."""
+    app = [python, "-m", f"apps.{point.app}", *app_arguments(point, iterations, json_path), *extra]
+    if point.kind == "threads":
+        return app
+    wrapper = ["bash", GPU_WRAPPER] if point.kind == "gpus" else []
+    return [*mpiexec, "-n", str(point.ranks), *wrapper, *app]
+
+
+def environment(point: Point) -> dict[str, str]:
+    """The point's environment: numba gets exactly its threads, pad and the apps import from this checkout
+    (the app runs in the caller's directory, where relative paths among its arguments point)."""
+    path = os.environ.get("PYTHONPATH")
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "NUMBA_NUM_THREADS": str(point.threads),
+        "PYTHONPATH": REPO + (os.pathsep + path if path else ""),
+    }
+
+
+# ------------------------------------------------------------------------------------------------ machine
+def _output(cmd: list[str]) -> str | None:
+    """Standard output of ``cmd``, or None if it cannot run or fails."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd=REPO)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def gpu_names() -> list[str]:
+    """The GPUs this process may use (nvidia-smi's, limited to CUDA_VISIBLE_DEVICES where it is set)."""
+    text = _output(["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"])
+    gpus = [line.split(",", 1) for line in (text or "").splitlines() if "," in line]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        wanted = [v.strip() for v in visible.split(",") if v.strip()]
+        gpus = [g for g in gpus if g[0].strip() in wanted]
+    return [name.strip() for _, name in gpus]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(module: str) -> str | None:
+    """``module.__version__``, or None where it is missing or cannot be imported (a broken CUDA install)."""
+    try:
+        return str(importlib.import_module(module).__version__)
+    except (ImportError, AttributeError, OSError, RuntimeError):
+        return None
+
+
+def _launcher_version(mpiexec: list[str]) -> str | None:
+    """The launcher's version line (Hydra's "Version:" line, else the first line), or None if it is missing."""
+    lines = [line.strip() for line in (_output([*mpiexec, "--version"]) or "").splitlines() if line.strip()]
+    hydra = ["Hydra " + " ".join(line.split()) for line in lines if line.startswith("Version:")]
+    return (hydra + lines)[0] if lines else None
+
+
+def _pad_commit() -> str | None:
+    """The checkout's commit (with "-dirty" if it has changes), else $PAD_COMMIT, else None."""
+    head = _output(["git", "rev-parse", "HEAD"])
+    if head is None:
+        return os.environ.get("PAD_COMMIT")
+    dirty = _output(["git", "status", "--porcelain", "--untracked-files=no"])
+    return head.strip() + ("-dirty" if dirty else "")
+
+
+def describe_machine(mpiexec: list[str]) -> dict[str, Any]:
+    """Where the study runs: host, CPU, cores, GPUs, library versions, launcher, pad's commit, date."""
+    return {
+        "hostname": platform.node(),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "gpus": gpu_names(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "versions": {m: _version(m) for m in ("numpy", "numba", "numba_cuda", "mpi4py", "cupy", "tqdm")},
+        "launcher": shlex.join(mpiexec),
+        "launcher_version": _launcher_version(mpiexec),
+        "pad_commit": _pad_commit(),
+        "slurm_job": os.environ.get("SLURM_JOB_ID"),
+        "date": _now(),
+    }
+
+
+def _now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+# ------------------------------------------------------------------------------------------------ running
+def _tail(text: str) -> str:
+    text = text.strip()
+    return text if len(text) <= ERROR_TAIL else "..." + text[-ERROR_TAIL:]
+
+
+def run_point(
+    cmd: list[str], env: dict[str, str], json_path: str, timeout: float | None
+) -> tuple[dict[str, Any] | None, str | None]:
+    """Run one point; returns (the app's record or None, None or why the point failed)."""
+    try:
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,  # a timeout kills the launcher and every rank it started
+        )
+    except OSError as exc:
+        return None, f"cannot start {cmd[0]!r}: {exc.strerror or exc}"
+    try:
+        output, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        output, _ = proc.communicate()
+        return None, f"timed out after {timeout:g} s: {_tail(output)}"
+    record = _record(json_path)
+    if proc.returncode != 0:
+        return record, f"exit status {proc.returncode}: {_tail(output)}"
+    if record is None:
+        return None, f"the app wrote no --json record: {_tail(output)}"
+    if record.get("valid") is not True:
+        return record, f"the app's checks failed (valid: {record.get('valid')}): {record.get('checks')}"
+    return record, None
+
+
+def _record(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+def plan(args: argparse.Namespace) -> list[Point]:
+    """Every point of the study, in the order they run; ValueError if one cannot be built."""
+    sizes: list[int | None] = list(args.sizes) if args.sizes else [None]
+    points = [
+        Point(args.app, mode, args.kind, workers, args.scaling, size, repeat)
+        for size in sizes
+        for workers in args.workers
+        for mode in args.modes
+        for repeat in range(args.repeat)
+    ]
+    for point in points:
+        app_arguments(point, args.iterations, "check.json")  # raises ValueError naming what cannot be run
+    return points
+
+
+def _summary(point: Point, record: dict[str, Any] | None, error: str | None) -> str:
+    where = f"{point.mode} {point.workers} {point.kind}" + (f" size {point.size}" if point.size else "")
+    if error is not None or record is None:
+        return f"{where}: FAILED: {(error or '').splitlines()[0][:200]}"
+    text = f"{where}: primal {record['time_primal_s'] * 1e3:.3f} ms"
+    if record.get("time_grad_s") is not None:
+        text += f", gradient {record['time_grad_s'] * 1e3:.3f} ms ({record['overhead']:.2f}x)"
+    return text
+
+
+def _progress(points: list[Point], label: str) -> tuple[Any, Callable[[str], None]]:
+    """The points under a tqdm progress bar on a terminal, and how to print a line beside it."""
+    try:
+        from tqdm import tqdm
+    except ImportError:  # a GPU host without a package index may lack it; the per-point lines remain
+        return points, print
+    return tqdm(points, unit="point", desc=label, disable=None), tqdm.write
+
+
+def study(args: argparse.Namespace, extra: list[str]) -> int:
+    points = plan(args)
+    mpiexec = shlex.split(args.mpiexec)
+    machine = describe_machine(mpiexec)
+    gpus = len(machine["gpus"])
+    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
+    started = _now()
+    print(
+        f"scale: {len(points)} points of {args.app} on {args.kind}; results appended to {args.out}",
+        flush=True,
+    )
+    failures: list[tuple[Point, str]] = []
+    with tempfile.TemporaryDirectory(prefix="pad-scale-") as tmp, open(args.out, "a") as out:
+        bar, write = _progress(points, f"{args.app} {args.kind}")
+        for point in bar:
+            json_path = os.path.join(tmp, "result.json")
+            if os.path.exists(json_path):
+                os.remove(json_path)
+            cmd = command(point, args.iterations, json_path, extra, args.python, mpiexec)
+            begin = time.perf_counter()
+            record: dict[str, Any] | None = None
+            error: str | None
+            if point.kind == "gpus" and point.workers > gpus:
+                error = f"asked for {point.workers} GPU(s), this machine has {gpus} (nvidia-smi)"
+            else:
+                record, error = run_point(cmd, environment(point), json_path, args.timeout)
+            line = {
+                "study": started,
+                **asdict(point),
+                "ranks": point.ranks,
+                "threads": point.threads,
+                "command": shlex.join(cmd),
+                "started": _now(),
+                "wall_s": time.perf_counter() - begin,
+                "ok": error is None,
+                "error": error,
+                "result": record,
+                "machine": machine,
+            }
+            out.write(json.dumps(line) + "\n")
+            out.flush()
+            write(_summary(point, record, error))
+            if error is not None:
+                failures.append((point, error))
+    print(f"scale: {len(points) - len(failures)} of {len(points)} points ran; results in {args.out}")
+    for point, error in failures:
+        print(
+            f"  FAILED {point.mode} {point.workers} {point.kind} size {point.size}: {error}", file=sys.stderr
+        )
+    return 1 if failures else 0
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
+    return value
+
+
+def _default_mpiexec() -> str:
+    venv = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+    return venv if os.path.exists(venv) else "mpiexec"
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The study's arguments, and the app's extra arguments (those after ``--``)."""
+    extra = argv[argv.index("--") + 1 :] if "--" in argv else []
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    p = argparse.ArgumentParser(prog="python -m scripts.scale", description=__doc__.split("\n")[0])
+    p.add_argument("app", choices=APPS)
+    p.add_argument("--kind", choices=KINDS, required=True, help="what the workers are")
+    p.add_argument("--workers", type=_positive, nargs="+", required=True, metavar="N", help="worker counts")
+    p.add_argument(
+        "--modes", nargs="+", default=["primal", "grad"], help="primal, grad, sensitivity (LULESH)"
+    )
+    p.add_argument("--sizes", type=_positive, nargs="+", metavar="S", help="miniBUDE poses, LULESH mesh edge")
+    p.add_argument("--scaling", choices=("strong", "weak"), default="strong")
+    p.add_argument("--iterations", type=_positive, help="iterations (LULESH: cycles); default: the app's")
+    p.add_argument("--repeat", type=_positive, default=1, help="runs of each point (default 1)")
+    p.add_argument(
+        "--out", help="JSON-lines file to append to (default: results/studies/APP-KIND-SCALING.jsonl)"
+    )
+    p.add_argument(
+        "--mpiexec", default=_default_mpiexec(), help="launcher, e.g. 'mpirun --allow-run-as-root'"
+    )
+    p.add_argument("--python", default=sys.executable, help="the Python that runs the app")
+    p.add_argument("--timeout", type=float, help="seconds a point may take before it is killed and failed")
+    p.add_argument("--dry-run", action="store_true", help="print the command lines and run nothing")
+    args = p.parse_args(own)
+    bad = [m for m in args.modes if m not in MODES[args.app]]
+    if bad:
+        p.error(f"--modes: {args.app} has no mode {bad[0]} (its modes: {', '.join(MODES[args.app])})")
+    if args.out is None:
+        args.out = os.path.join("results", "studies", f"{args.app}-{args.kind}-{args.scaling}.jsonl")
+    args.out = os.path.abspath(args.out)
+    try:
+        plan(args)
+    except ValueError as exc:
+        p.error(str(exc))
+    return args, extra
+
+
+def main(argv: list[str] | None = None) -> int:
+    args, extra = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.dry_run:
+        mpiexec = shlex.split(args.mpiexec)
+        for point in plan(args):
+            print(shlex.join(command(point, args.iterations, "RESULT.json", extra, args.python, mpiexec)))
+        return 0
+    return study(args, extra)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The scaling studies of issue 13, for a 16-core host (CPU studies) and a host with 2 GPUs (GPU studies), run
+# from the checkout with PYTHONPATH=. (no install needed). Each study appends to OUT/<study>.jsonl.
+#   bash scripts/studies.sh OUT [STUDY ...]      default: every study; `bash scripts/studies.sh -l` lists them
+# Settings (environment): PYTHON (python3), MPIRUN ("mpirun --allow-run-as-root"), TIMEOUT (seconds a point
+# may take, 900), PAD_COMMIT (the commit to record where the checkout has no .git).
+# A failed point is recorded and the next one runs; the exit status is 1 if any point failed, and each
+# study's failures are listed in OUT/studies.log.
+set -uo pipefail
+
+declare -A STUDY=(
+  # miniBUDE bm1 (65,536 poses), primal and gradient with respect to the protein
+  [minibude-threads]="minibude --kind threads --workers 1 2 4 8 16 --modes primal grad --iterations 5 -- --deck bm1"
+  [minibude-ranks]="minibude --kind ranks --workers 1 2 4 8 16 --modes primal grad --iterations 5 -- --deck bm1"
+  # LULESH, 50 cycles: threads at -s 60; ranks strong (-s 60 on 1 rank, -s 30 on 8) and weak (-s 30 per rank)
+  [lulesh-threads]="lulesh --kind threads --workers 1 2 4 8 16 --sizes 60 --iterations 50 --modes primal grad"
+  [lulesh-ranks-strong]="lulesh --kind ranks --workers 1 8 --sizes 60 --iterations 50 --modes primal grad"
+  [lulesh-ranks-weak]="lulesh --kind ranks --workers 1 8 --sizes 30 --scaling weak --iterations 50 --modes primal grad"
+  # one rank per GPU; LULESH needs a cube number of ranks, so it runs on 1 GPU only
+  [minibude-gpus]="minibude --kind gpus --workers 1 2 --modes primal grad --iterations 5 -- --deck bm1"
+  [lulesh-gpus]="lulesh --kind gpus --workers 1 --sizes 60 --iterations 50 --modes primal grad"
+)
+ORDER=(minibude-threads minibude-ranks lulesh-threads lulesh-ranks-strong lulesh-ranks-weak minibude-gpus lulesh-gpus)
+
+if [[ "${1:-}" == -l ]]; then
+  for name in "${ORDER[@]}"; do echo "$name: python -m scripts.scale ${STUDY[$name]}"; done
+  exit 0
+fi
+if [[ $# -lt 1 ]]; then
+  echo "usage: bash scripts/studies.sh OUT [STUDY ...]   (bash scripts/studies.sh -l lists the studies)" >&2
+  exit 2
+fi
+OUT=$(realpath -m "$1")
+shift
+studies=("$@")
+if [[ ${#studies[@]} -eq 0 ]]; then studies=("${ORDER[@]}"); fi
+for name in "${studies[@]}"; do
+  if [[ -z "${STUDY[$name]+set}" ]]; then
+    echo "studies.sh: no study $name (bash scripts/studies.sh -l lists them)" >&2
+    exit 2
+  fi
+done
+
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+PYTHON=${PYTHON:-python3}
+mkdir -p "$OUT"
+status=0
+for name in "${studies[@]}"; do
+  read -ra args <<<"${STUDY[$name]}"
+  echo "== $name: $(date -u +%FT%TZ)" | tee -a "$OUT/studies.log"
+  "$PYTHON" -m scripts.scale "${args[0]}" --out "$OUT/$name.jsonl" \
+    --mpiexec "${MPIRUN:-mpirun --allow-run-as-root}" --timeout "${TIMEOUT:-900}" "${args[@]:1}" \
+    2>&1 | tee -a "$OUT/studies.log" || status=1
+done
+exit $status

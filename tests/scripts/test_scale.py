@@ -1,0 +1,215 @@
+"""scripts/scale.py: the command lines it builds, how it records failures, and a real tiny study."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from scripts import scale
+from scripts.scale import GPU_WRAPPER, Point, command, run_point
+
+REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
+OPENMPI = ["mpirun", "--allow-run-as-root"]
+
+
+def lines(path) -> list[dict]:
+    with open(path) as fh:
+        return [json.loads(line) for line in fh]
+
+
+# ------------------------------------------------------------------------------------------------ command lines
+def test_lulesh_strong_ranks_split_the_mesh_and_weak_ranks_keep_it():
+    strong = command(Point("lulesh", "grad", "ranks", 8, "strong", 60), 50, "r.json", [], "py", OPENMPI)
+    assert strong == [
+        *OPENMPI, "-n", "8", "py", "-m", "apps.lulesh", "-q", "-s", "30",
+        "--mode", "grad", "--threads", "1", "--device", "cpu", "--json", "r.json", "-i", "50",
+    ]  # fmt: skip
+    weak = command(
+        Point("lulesh", "primal", "ranks", 8, "weak", 30), None, "r.json", ["-r", "5"], "py", OPENMPI
+    )
+    assert weak == [
+        *OPENMPI, "-n", "8", "py", "-m", "apps.lulesh", "-q", "-s", "30",
+        "--mode", "primal", "--threads", "1", "--device", "cpu", "--json", "r.json", "-r", "5",
+    ]  # fmt: skip
+    one = command(Point("lulesh", "grad", "ranks", 1, "strong", 60), 50, "r.json", [], "py", OPENMPI)
+    assert one[:3] == [*OPENMPI, "-n"] and one[3] == "1" and one[one.index("-s") + 1] == "60"
+
+
+def test_lulesh_threads_run_alone_and_gpus_get_one_each():
+    threads = command(
+        Point("lulesh", "sensitivity", "threads", 16, "strong", 60), 50, "r.json", [], "py", OPENMPI
+    )
+    assert threads == [
+        "py", "-m", "apps.lulesh", "-q", "-s", "60",
+        "--mode", "sensitivity", "--threads", "16", "--device", "cpu", "--json", "r.json", "-i", "50",
+    ]  # fmt: skip
+    gpus = command(Point("lulesh", "grad", "gpus", 8, "strong", 60), 50, "r.json", [], "py", OPENMPI)
+    assert gpus[:6] == [*OPENMPI, "-n", "8", "bash", GPU_WRAPPER]
+    assert gpus[gpus.index("--device") + 1] == "gpu" and gpus[gpus.index("-s") + 1] == "30"
+    assert (
+        scale.environment(Point("lulesh", "grad", "threads", 16, "strong", 60))["NUMBA_NUM_THREADS"] == "16"
+    )
+    assert scale.environment(Point("lulesh", "grad", "ranks", 8, "strong", 60))["NUMBA_NUM_THREADS"] == "1"
+
+
+@pytest.mark.parametrize(
+    ("point", "message"),
+    [
+        (Point("lulesh", "grad", "ranks", 2, "strong", 60), "cube number of ranks"),
+        (Point("lulesh", "grad", "gpus", 2, "strong", 60), "cube number of ranks"),
+        (Point("lulesh", "grad", "ranks", 8, "strong", 45), "do not make 8 equal cube"),
+        (Point("lulesh", "grad", "threads", 2, "weak", 30), "do not make 1 equal cube"),
+        (Point("minibude", "grad", "threads", 2, "weak", None), "weak scaling needs --sizes"),
+    ],
+)
+def test_impossible_points_are_refused(point, message):
+    with pytest.raises(ValueError, match=message):
+        scale.app_arguments(point, None, "r.json")
+
+
+def test_minibude_command_lines():
+    threads = command(
+        Point("minibude", "grad", "threads", 4, "strong", 4096), 3, "r.json", ["--deck", "bm1"], "py", []
+    )
+    assert threads == [
+        "py", "-m", "apps.minibude", "--mode", "grad", "--threads", "4", "--device", "cpu", "--json", "r.json",
+        "--poses", "4096", "--iterations", "3", "--deck", "bm1",
+    ]  # fmt: skip
+    weak = command(
+        Point("minibude", "primal", "ranks", 4, "weak", 1000), None, "r.json", [], "py", ["mpiexec"]
+    )
+    assert weak[:3] == ["mpiexec", "-n", "4"] and weak[weak.index("--poses") + 1] == "4000"
+    whole = command(
+        Point("minibude", "primal", "gpus", 2, "strong", None), None, "r.json", [], "py", ["mpiexec"]
+    )
+    assert "--poses" not in whole and whole[3:5] == ["bash", GPU_WRAPPER]
+    assert whole[whole.index("--device") + 1] == "gpu"
+
+
+def test_bad_study_arguments_exit_2_before_running(capsys, tmp_path):
+    out = tmp_path / "s.jsonl"
+    for argv, message in (
+        (
+            ["minibude", "--kind", "threads", "--workers", "1", "--modes", "sensitivity"],
+            "no mode sensitivity",
+        ),
+        (["lulesh", "--kind", "ranks", "--workers", "1", "2", "--sizes", "30"], "cube number of ranks"),
+    ):
+        with pytest.raises(SystemExit) as exc:
+            scale.main([*argv, "--out", str(out)])
+        assert exc.value.code == 2 and message in capsys.readouterr().err
+    assert not out.exists()
+
+
+def test_dry_run_prints_every_command(capsys):
+    argv = ["lulesh", "--kind", "ranks", "--workers", "1", "8", "--sizes", "60", "--iterations", "50"]
+    assert scale.main([*argv, "--mpiexec", "mpirun --allow-run-as-root", "--dry-run", "--", "-b", "2"]) == 0
+    printed = capsys.readouterr().out.splitlines()
+    assert len(printed) == 4 and all(p.startswith("mpirun --allow-run-as-root -n ") for p in printed)
+    assert printed[2].split()[3] == "8" and " -s 30 " in printed[2] and printed[2].endswith("-i 50 -b 2")
+
+
+# ------------------------------------------------------------------------------------------------ failures
+def test_a_failing_point_is_recorded_and_the_study_goes_on(tmp_path, capsys):
+    """Too many poses fails at once (exit 2, one line), the next size runs; the exit status reports it."""
+    out = tmp_path / "s.jsonl"
+    argv = ["minibude", "--kind", "threads", "--workers", "1", "--modes", "primal", "--sizes", "100000", "64"]
+    assert scale.main([*argv, "--iterations", "1", "--out", str(out), "--", "--deck", "bm1"]) == 1
+    bad, good = lines(out)
+    assert not bad["ok"] and bad["result"] is None
+    assert bad["error"].startswith("exit status 2: minibude: error: --poses: asked for 100000 poses")
+    assert good["ok"] and good["error"] is None and good["result"]["problem"]["nposes"] == 64
+    assert good["result"]["valid"] and good["machine"]["cores"] >= 1 and good["study"] == bad["study"]
+    captured = capsys.readouterr()
+    assert f"1 of 2 points ran; results in {out}" in captured.out
+    assert "FAILED primal 1 threads size 100000: exit status 2" in captured.err
+
+
+def test_missing_launcher_and_missing_gpus_are_recorded_without_running(tmp_path, monkeypatch, capsys):
+    out = tmp_path / "s.jsonl"
+    argv = ["minibude", "--kind", "ranks", "--workers", "2", "--modes", "primal", "--sizes", "64"]
+    assert scale.main([*argv, "--mpiexec", "/nonexistent/mpiexec", "--out", str(out)]) == 1
+    (missing,) = lines(out)
+    assert missing["error"] == "cannot start '/nonexistent/mpiexec': No such file or directory"
+    assert missing["machine"]["launcher_version"] is None
+
+    monkeypatch.setattr(scale, "gpu_names", lambda: ["Fake GPU"])
+    argv = ["minibude", "--kind", "gpus", "--workers", "2", "--modes", "primal", "grad", "--sizes", "64"]
+    assert scale.main([*argv, "--mpiexec", MPIEXEC, "--out", str(out)]) == 1
+    _, primal, grad = lines(out)
+    for r in (primal, grad):
+        assert r["machine"]["gpus"] == ["Fake GPU"] and r["result"] is None and r["wall_s"] < 1.0
+        assert r["error"] == "asked for 2 GPU(s), this machine has 1 (nvidia-smi)"
+    assert capsys.readouterr().err.count("FAILED") == 3
+
+
+def test_a_point_past_its_timeout_is_killed():
+    start = time.perf_counter()
+    cmd = [sys.executable, "-c", "import time; print('started', flush=True); time.sleep(60)"]
+    record, error = run_point(cmd, dict(os.environ), "/nonexistent/r.json", timeout=2)
+    assert record is None and error == "timed out after 2 s: started"
+    assert time.perf_counter() - start < 30
+
+
+def test_wrapper_gives_each_rank_its_own_gpu():
+    show = ["bash", "-c", "echo $MPI_LOCALRANKID $CUDA_VISIBLE_DEVICES"]
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "5,7"}
+    proc = subprocess.run(
+        [MPIEXEC, "-n", "2", "bash", GPU_WRAPPER, *show], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and sorted(proc.stdout.split("\n")[:2]) == ["0 5", "1 7"], proc
+    env["CUDA_VISIBLE_DEVICES"] = "3"
+    proc = subprocess.run(
+        [MPIEXEC, "-n", "2", "bash", GPU_WRAPPER, *show], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode != 0 and "node-local rank 1 has no GPU of its own (1 visible)" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------------ a real study
+def test_tiny_study_records_every_point(tiny_study):
+    runs = lines(tiny_study)
+    assert [(r["kind"], r["workers"], r["mode"]) for r in runs] == [
+        (kind, workers, mode)
+        for kind in ("threads", "ranks")
+        for workers in (1, 2)
+        for mode in ("primal", "grad")
+    ]
+    for r in runs:
+        result = r["result"]
+        assert r["ok"] and result["valid"] and result["problem"]["nposes"] == 128, r
+        assert (result["ranks"], result["threads"]) == (r["ranks"], r["threads"])
+        assert result["mode"] == r["mode"] and result["checks"]["reference"]["poses"] == 128
+        assert (result["time_grad_s"] is not None) == (r["mode"] == "grad") and result["time_primal_s"] > 0
+        assert r["command"].startswith(f"{MPIEXEC} -n {r['workers']} ") == (r["kind"] == "ranks")
+        machine = r["machine"]
+        assert machine["cores"] >= 1 and machine["cpu"] and machine["versions"]["numba"] and machine["date"]
+    assert len({r["study"] for r in runs}) == 2  # one per invocation, both appended to the same file
+
+
+def test_every_study_of_studies_sh_can_be_planned(capsys):
+    """The studies for the lent hosts: each plans (no point refused), GPU studies run one rank per GPU."""
+    listed = subprocess.run(
+        ["bash", "scripts/studies.sh", "-l"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    names = [line.split(":")[0] for line in listed]
+    assert names == [
+        "minibude-threads", "minibude-ranks", "lulesh-threads", "lulesh-ranks-strong", "lulesh-ranks-weak",
+        "minibude-gpus", "lulesh-gpus",
+    ]  # fmt: skip
+    for line in listed:
+        argv = line.split("python -m scripts.scale ")[1].split()
+        assert (
+            scale.main([argv[0], "--mpiexec", "mpirun --allow-run-as-root", "--dry-run", *argv[1:]]) == 0
+        ), line
+        commands = capsys.readouterr().out.splitlines()
+        modes = {c.split("--mode ")[1].split()[0] for c in commands}
+        assert modes == {"primal", "grad"}, line
+        if "--kind gpus" in line:
+            assert all(f"bash {GPU_WRAPPER} " in c and "--device gpu" in c for c in commands)
+    assert len(listed) == 7
