@@ -8,9 +8,10 @@ import importlib
 from typing import Any
 
 from pad import checkpoint, tasks
+from pad.annotations import Active, Const, Dup
 from pad.kernel import KernelSyntaxError, func, kernel, local_array, show
 from pad.parallel import launch
-from pad.tape import Active, Const, Dup, autodiff, fwddiff
+from pad.tape import autodiff, fwddiff
 from pad.testing import check_grad
 
 __all__ = [

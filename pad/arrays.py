@@ -44,9 +44,16 @@ def device_id(a: Any) -> int | None:
         return None
     if is_cupy(a):
         return int(a.device.id)
-    from pad.parallel import gpu
+    return current_device_id()
 
-    return gpu.current_device_id()
+
+def current_device_id() -> int:
+    """numba's current CUDA device (0 on numba's CUDA simulator)."""
+    from numba import config, cuda
+
+    if cuda.is_available() and not config.ENABLE_CUDASIM:  # type: ignore[attr-defined]
+        return int(cuda.get_current_device().id)
+    return 0
 
 
 def where(a: Any) -> str:

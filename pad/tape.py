@@ -1,4 +1,4 @@
-"""The program-level tape: activity annotations, shadows, recording and the autodiff/fwddiff drivers.
+"""The program-level tape: shadows, recording and the autodiff/fwddiff drivers.
 
 The tape knows nothing of kernels' insides or of MPI. An operation (a launch, a message, a task) asks the
 current context for the shadows of its arrays, tells it which arrays it is about to overwrite, keeps the
@@ -14,12 +14,12 @@ import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
 
 from pad import arrays
+from pad.annotations import Active, Const, Dup
 
 __all__ = [
     "Active",
@@ -35,29 +35,7 @@ __all__ = [
 ]
 
 
-# ---------------------------------------------------------------------------------------------- annotations
-@dataclass(frozen=True)
-class Dup:
-    """An array (or, in ``fwddiff``, a float) with its shadow: seed/gradient in reverse, tangent in forward."""
-
-    value: Any
-    shadow: Any
-
-
-@dataclass(frozen=True)
-class Const:
-    """A value that is not differentiated."""
-
-    value: Any
-
-
-@dataclass(frozen=True)
-class Active:
-    """A float scalar whose derivative ``autodiff`` returns."""
-
-    value: float
-
-
+# ---------------------------------------------------------------------------------------------- active scalars
 class ActiveScalar(float):
     """The float a differentiated function receives for an ``Active`` (or, in ``fwddiff``, a ``Dup``) scalar.
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from pad.annotations import Active, Const, Dup
 from pad.kernel.compiler import MODES, Variant, build
 from pad.kernel.frontend import KernelSyntaxError, Source, kind_of_value
 
@@ -108,8 +109,6 @@ def show(k: Kernel, mode: str = "adjoint", *args: Any, file: Any = None, target:
     say which are active: ``pad.show(step, "adjoint", 2.0, pad.Dup(x, dx), pad.Dup(y, dy))``.
     ``target="cuda"`` shows the CUDA kernel instead of the CPU launcher.
     """
-    from pad.tape import Active, Const, Dup  # the tape's annotation types; no tape state is used
-
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, not {mode!r}")
     values = tuple(a.value if isinstance(a, (Dup, Active, Const)) else a for a in args)

@@ -29,7 +29,7 @@ from pad.kernel import Variant
 from pad.kernel.cuda_runtime import cuda
 from pad.kernel.emit import BLOCK
 
-__all__ = ["current_device_id", "run", "stats"]
+__all__ = ["run", "stats"]
 
 stats: dict[str, Any] = {"tape_bytes": 0, "peak_tape_bytes": 0}
 _NO_OUTPUTS = np.zeros(0)
@@ -41,12 +41,6 @@ class CudaCompileError(RuntimeError):
 
 class TapeOverflow(RuntimeError):
     """The adjoint pushed more values than its tape holds (a bug in pad's depth bound)."""
-
-
-def current_device_id() -> int:
-    if cuda.is_available() and not _simulated():
-        return int(cuda.get_current_device().id)
-    return 0
 
 
 def _simulated() -> bool:

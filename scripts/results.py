@@ -1,0 +1,325 @@
+"""Results files for the docs: record a benchmark run, and render the docs' tables from the records.
+
+    python scripts/results.py record docs/results/kernels.json --machine "2-core VM" -- python scripts/bench_kernels.py
+    python scripts/results.py render            # rewrite the marked regions of README.md and docs/*.md
+    python scripts/results.py render --check    # exit 1 if a marked region differs from its records
+
+``record`` runs the command with ``--json <temporary file>`` appended (every benchmark script and app takes
+``--json``) and writes one record: the command as given, the machine, the UTC date, the git commit, the
+machine's load average when the command started and ended (other work on a shared machine slows a run), and
+the result the command wrote. A doc names a table by a marked region; ``render`` fills it from the records:
+
+    <!-- results:kernels -->
+    (generated: do not edit)
+    <!-- /results:kernels -->
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "docs" / "results"
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+REGION = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results:(?P=name) -->)", re.S)
+
+Record = dict[str, Any]
+
+
+# ---------------------------------------------------------------------------------------------- recording
+def _cpu() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def record(path: Path, machine: str, command: list[str]) -> None:
+    """Run ``command --json TMP`` and write its result with where, when and from which commit it came."""
+    date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    load = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "result.json"
+        subprocess.run([*command, "--json", str(out)], cwd=ROOT, check=True)
+        result = json.loads(out.read_text())
+    cores = len(re.findall(r"^processor", Path("/proc/cpuinfo").read_text(), re.M))
+    entry = {
+        "command": shlex.join(command),
+        "machine": f"{machine} ({_cpu()}, {cores} cores)",
+        "date": date,
+        "commit": commit,
+        "load_average": [round(load, 2), round(os.getloadavg()[0], 2)],  # 1-minute, at start and end
+        "result": result,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(entry, indent=1) + "\n")
+    print(f"wrote {path}")
+
+
+# ---------------------------------------------------------------------------------------------- tables
+def _load(pattern: str) -> list[Record]:
+    return [json.loads(p.read_text()) for p in sorted(RECORDS.glob(pattern))]
+
+
+def _one(pattern: str) -> Record:
+    (rec,) = _load(pattern)
+    return rec
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    return [
+        "| " + " | ".join(header) + " |",
+        "|" + "---|" * len(header),
+        *("| " + " | ".join(row) + " |" for row in rows),
+    ]
+
+
+def _when(rec: Record) -> str:
+    start, end = rec["load_average"]
+    return f"{rec['machine']}, {rec['date']} ({start:.1f} -> {end:.1f})"
+
+
+def _source(rec: Record) -> str:
+    return f"`{rec['command']}` on {_when(rec)}, commit {rec['commit']}"
+
+
+def _caption(*recs: Record) -> list[str]:
+    return ["", *(f"From {_source(r)}." for r in recs)]
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.3g} ms"
+
+
+def _us(seconds: float) -> str:
+    return f"{seconds * 1e6:.3g} µs"
+
+
+def _time(seconds: float) -> str:
+    return _us(seconds) if seconds < 1e-3 else _ms(seconds)
+
+
+def _bytes(n: int) -> str:
+    return f"{n // 2**20} MiB" if n >= 2**20 else f"{n // 2**10} KiB" if n >= 2**10 else f"{n} B"
+
+
+def kernels() -> list[str]:
+    rec = _one("kernels.json")
+    r = rec["result"]
+    rows = [[c["name"], _ms(c["primal_s"]), _ms(c["gradient_s"]), f"{c['ratio']:.2f}x"] for c in r["cases"]]
+    s = r["thread_scaling_pairwise"]
+    rows.append(["empty launch", _us(r["empty_launch_us"] * 1e-6), "", ""])
+    rows.append([f"pairwise gradient, {s['threads']} threads vs 1", "", "", f"{s['speedup']:.2f}x faster"])
+    return [*_table(["case", "primal", "gradient", "gradient / primal"], rows), *_caption(rec)]
+
+
+def minibude() -> list[str]:
+    recs = _load("minibude-*.json")
+    rows = []
+    for rec in recs:
+        r = rec["result"]
+        rows.append(
+            [
+                str(r["ranks"]),
+                str(r["threads"]),
+                r["wrt"],
+                f"{r['ginteractions_per_s']:.2f}",
+                _ms(r["time_primal_s"]),
+                _ms(r["time_grad_s"]),
+                f"{r['overhead']:.2f}x",
+            ]
+        )
+    header = [
+        "ranks",
+        "threads",
+        "gradient wrt",
+        "energies, G-interactions/s",
+        "energies",
+        "gradient",
+        "ratio",
+    ]
+    return [*_table(header, rows), *_caption(*recs)]
+
+
+def mpi() -> list[str]:
+    out = []
+    for rec in _load("mpi-*.json"):
+        r = rec["result"]
+        sizes = sorted({row["bytes_per_rank"] for row in r["ops"]})
+        by_op: dict[str, dict[int, dict[str, Any]]] = {}
+        for row in r["ops"]:
+            by_op.setdefault(row["op"], {})[row["bytes_per_rank"]] = row
+        rows = [
+            [f"`{op}`"]
+            + [
+                f"{_time(cells[n]['forward_s'])} / {_time(cells[n]['reverse_s'])}" if n in cells else ""
+                for n in sizes
+            ]
+            for op, cells in by_op.items()
+        ]
+        header = [f"op, {r['ranks']} ranks"] + [f"{_bytes(n)}: forward / reverse" for n in sizes]
+        o = r["overhead"]
+        out += [
+            *_table(header, rows),
+            "",
+            f"A pad call outside `autodiff` adds {o['overhead_COMM_WORLD_us']:.2f} µs to mpi4py's "
+            f"(Allreduce of 8 B on COMM_WORLD: {o['mpi4py_COMM_WORLD_us']:.2f} µs).",
+            *_caption(rec),
+            "",
+        ]
+    return out[:-1]
+
+
+def checkpoint() -> list[str]:
+    rec = _one("checkpoint.json")
+    r = rec["result"]
+    rows = [
+        [
+            str(row["snapshots"]),
+            f"{row['peak_traced_bytes'] / 2**20:.0f} MiB",
+            f"{row['grad_over_primal']:.2f}x",
+            str(row["step_calls"]),
+        ]
+        for row in r["rows"]
+    ]
+    t = r["targets"]
+    return [
+        *_table(["snapshots", "peak traced memory", "gradient / primal", "step calls"], rows),
+        "",
+        f"{r['cells']:,} cells, {r['steps']} steps: 30 snapshots peak at {t['memory_30_over_all']:.3f} of "
+        f"keep-everything's memory, at {t['ratio_30_over_all']:.2f}x its gradient/primal time.",
+        *_caption(rec),
+    ]
+
+
+def tasks() -> list[str]:
+    rec = _one("tasks.json")
+    r = rec["result"]
+    rows = [
+        [
+            name,
+            f"{v['forward_s']:.3f} s",
+            f"{v['reverse_s']:.3f} s",
+            f"{v['reverse_cpu_per_wall']:.2f}",
+            f"{100 * v['reverse_share_in_launchers']:.1f}%",
+        ]
+        for name, v in r["results"].items()
+    ]
+    header = [
+        "",
+        "forward",
+        "reverse pass",
+        "CPU s per s in the reverse",
+        "adjoint threads' time in launchers",
+    ]
+    return [
+        *_table(header, rows),
+        "",
+        f"{r['chains']} chains of {r['length']} launches on {r['cells']:,} cells: the reverse pass is "
+        f"{r['reverse_speedup_2_threads']:.2f}x faster on 2 threads (plain threads on the same launches: "
+        f"{r['plain_threads_speedup']:.2f}x).",
+        *_caption(rec),
+    ]
+
+
+def headline() -> list[str]:
+    rows: list[tuple[str, str, Record]] = []
+    k = _one("kernels.json")
+    cases = {c["name"]: c for c in k["result"]["cases"]}
+    for name in ("pairwise energy", "gather/scatter"):
+        rows.append((f"kernel gradient / primal: {name}", f"{cases[name]['ratio']:.2f}x", k))
+    rows.append(("empty kernel launch from Python", _us(k["result"]["empty_launch_us"] * 1e-6), k))
+    for i, rec in enumerate(_load("minibude-t2-*.json")):
+        r = rec["result"]
+        if i == 0:
+            rows.append(("miniBUDE bm1 energies, G-interactions/s", f"{r['ginteractions_per_s']:.2f}", rec))
+        rows.append((f"miniBUDE bm1 gradient wrt {r['wrt']} / energies", f"{r['overhead']:.2f}x", rec))
+    m = _one("mpi-2.json")
+    allreduce = next(
+        o for o in m["result"]["ops"] if o["op"] == "Allreduce SUM" and o["bytes_per_rank"] == 65536
+    )
+    rows.append(("MPI Allreduce SUM of 64 KiB: reverse / forward", f"{allreduce['ratio']:.2f}x", m))
+    c = _one("checkpoint.json")
+    t = c["result"]["targets"]
+    rows.append(
+        ("checkpointing with 30 snapshots: memory / keep-everything", f"{t['memory_30_over_all']:.3f}", c)
+    )
+    ts = _one("tasks.json")
+    speedup = ts["result"]["reverse_speedup_2_threads"]
+    rows.append(("tasks: reverse pass on 2 threads vs 1", f"{speedup:.2f}x faster", ts))
+    table = [[what, value, f"`{rec['command']}`", _when(rec)] for what, value, rec in rows]
+    return _table(["result", "value", "command", "machine, date (load average at start -> end)"], table)
+
+
+TABLES: dict[str, Callable[[], list[str]]] = {
+    "headline": headline,
+    "kernels": kernels,
+    "minibude": minibude,
+    "mpi": mpi,
+    "checkpoint": checkpoint,
+    "tasks": tasks,
+}
+
+
+def render(check: bool) -> int:
+    """Fill every marked region; with ``check``, only report the regions that differ. Returns 1 if any."""
+    stale = []
+    for page in PAGES:
+        text = page.read_text()
+
+        def fill(m: re.Match[str]) -> str:
+            body = "\n".join(TABLES[m["name"]]()) + "\n"
+            return m[1] + body + m[4]
+
+        new = REGION.sub(fill, text)
+        if new != text:
+            stale.append(page.relative_to(ROOT))
+            if not check:
+                page.write_text(new)
+    verb = "out of date" if check else "rendered"
+    for page in stale:
+        print(f"{verb}: {page}")
+    return 1 if check and stale else 0
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="action", required=True)
+    rec = sub.add_parser(
+        "record", help="run a command that takes --json and keep its result: record PATH --machine M -- CMD"
+    )
+    rec.add_argument("path", type=Path, help="the record to write, e.g. docs/results/kernels.json")
+    rec.add_argument("--machine", required=True, help="what the machine is, e.g. '2-core VM, shared'")
+    ren = sub.add_parser("render", help="fill the docs' marked regions from docs/results/")
+    ren.add_argument("--check", action="store_true", help="change nothing; exit 1 if a region is stale")
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    args, command = parser.parse_args(argv[:split]), argv[split + 1 :]
+    if args.action == "record":
+        if not command:
+            parser.error("record needs the command after --")
+        record(args.path, args.machine, command)
+        return 0
+    return render(args.check)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
