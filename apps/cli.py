@@ -1,14 +1,22 @@
-"""What the apps' command lines share: argument checks, threads per rank, a progress bar."""
+"""What the apps' command lines and the scripts that run them share: argument checks, threads per rank, a
+progress bar, where arrays live, and a description of the machine for results records."""
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import importlib
+import json
 import os
+import platform
+import shlex
+import subprocess
 from typing import Any, NoReturn
 
 import numpy as np
 
 EXIT_BAD_INPUT = 2
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class InputError(ValueError):
@@ -22,8 +30,9 @@ class Parser(argparse.ArgumentParser):
         raise InputError(message)
 
 
-def integer(low: int) -> Any:
-    """An argparse type: an integer of at least ``low``."""
+def integer(low: int, too_small: str | None = None) -> Any:
+    """An argparse type: an integer of at least ``low``; ``too_small`` says what is wrong with a smaller one
+    (default ``"must be at least LOW"``)."""
 
     def parse(text: str) -> int:
         try:
@@ -31,7 +40,7 @@ def integer(low: int) -> Any:
         except ValueError:
             raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
         if value < low:
-            raise argparse.ArgumentTypeError(f"{value} must be at least {low}")
+            raise argparse.ArgumentTypeError(f"{value} {too_small or f'must be at least {low}'}")
         return value
 
     return parse
@@ -67,6 +76,13 @@ def set_threads(threads: int | None, comm: Any) -> int:
     return threads
 
 
+def write_json(path: str, record: dict[str, Any]) -> None:
+    """Write a run's record to ``path``: one JSON object, indented, ending in a newline."""
+    with open(path, "w") as fh:
+        json.dump(record, fh, indent=2)
+        fh.write("\n")
+
+
 def progress(total: float, enabled: bool, label: str, unit: str = "it") -> Any:
     """A tqdm progress bar on a terminal; a no-op without tqdm, when disabled, or off a terminal."""
     try:
@@ -95,14 +111,15 @@ class Memory:
     """Where an app's arrays live: the host (NumPy), a GPU (CuPy, one device per rank of a node), or,
     under ``NUMBA_ENABLE_CUDASIM=1`` without CuPy, numba's simulated device arrays."""
 
-    def __init__(self, device: str, comm: Any = None) -> None:
+    def __init__(self, device: str, comm: Any = None, *, simulator: bool = True) -> None:
+        """``simulator=False``: an app that needs CuPy arrays asks for them under the simulator too."""
         self.device = device
         self.module: Any = np
         if device == "cpu":
             return
         from numba import config
 
-        if config.ENABLE_CUDASIM:  # type: ignore[attr-defined]
+        if simulator and config.ENABLE_CUDASIM:  # type: ignore[attr-defined]
             self.module = None
             return
         try:
@@ -139,3 +156,83 @@ class Memory:
         """Wait for the device's work (for timings)."""
         if self.module is not None and self.module is not np:
             self.module.cuda.get_current_stream().synchronize()
+
+
+def _output(cmd: list[str]) -> str | None:
+    """Standard output of ``cmd`` (run in the checkout), or None if it cannot run or fails."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd=REPO)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return proc.stdout if proc.returncode == 0 else None
+
+
+def gpu_names() -> list[str]:
+    """The GPUs this process may use (nvidia-smi's, limited to CUDA_VISIBLE_DEVICES where it is set)."""
+    text = _output(["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"])
+    gpus = [line.split(",", 1) for line in (text or "").splitlines() if "," in line]
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        wanted = [v.strip() for v in visible.split(",") if v.strip()]
+        gpus = [g for g in gpus if g[0].strip() in wanted]
+    return [name.strip() for _, name in gpus]
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _version(module: str) -> str | None:
+    """``module.__version__``, or None where it is missing or cannot be imported (a broken CUDA install)."""
+    try:
+        return str(importlib.import_module(module).__version__)
+    except (ImportError, AttributeError, OSError, RuntimeError):
+        return None
+
+
+def _launcher_version(mpiexec: list[str]) -> str | None:
+    """The launcher's version line (Hydra's "Version:" line, else the first line), or None if it is missing."""
+    lines = [line.strip() for line in (_output([*mpiexec, "--version"]) or "").splitlines() if line.strip()]
+    hydra = ["Hydra " + " ".join(line.split()) for line in lines if line.startswith("Version:")]
+    return (hydra + lines)[0] if lines else None
+
+
+def _pad_commit() -> str | None:
+    """The checkout's commit (with "-dirty" if it has changes), else $PAD_COMMIT, else None."""
+    head = _output(["git", "rev-parse", "HEAD"])
+    if head is None:
+        return os.environ.get("PAD_COMMIT")
+    dirty = _output(["git", "status", "--porcelain", "--untracked-files=no"])
+    return head.strip() + ("-dirty" if dirty else "")
+
+
+def utc_now() -> str:
+    """The UTC date and time to the second, ISO 8601."""
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def machine(mpiexec: list[str] | None = None) -> dict[str, Any]:
+    """Where a run happens: host, CPU, cores, GPUs, library versions, the MPI launcher (``mpiexec``, if the
+    run uses one), pad's commit, the Slurm job, the date."""
+    return {
+        "hostname": platform.node(),
+        "cpu": _cpu_model(),
+        "cores": os.cpu_count(),
+        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "gpus": gpu_names(),
+        "os": platform.platform(),
+        "python": platform.python_version(),
+        "versions": {m: _version(m) for m in ("numpy", "numba", "numba_cuda", "mpi4py", "cupy", "tqdm")},
+        "launcher": shlex.join(mpiexec) if mpiexec else None,
+        "launcher_version": _launcher_version(mpiexec) if mpiexec else None,
+        "pad_commit": _pad_commit(),
+        "slurm_job": os.environ.get("SLURM_JOB_ID"),
+        "date": utc_now(),
+    }

@@ -9,64 +9,27 @@ Bad input prints one line naming the file or flag and exits with status 2.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
-from typing import Any, NoReturn
+from typing import Any
 
 import numpy as np
 
-from apps.minibude.deck import Deck, InputError, find_deck, read_deck, synthetic_deck
+from apps import cli
+from apps.cli import InputError
+from apps.minibude.deck import Deck, find_deck, read_deck, synthetic_deck
 from apps.minibude.driver import WRT, Docking, verify
-
-EXIT_BAD_INPUT = 2
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise InputError(message)
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
-def _nonnegative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} must not be negative")
-    return value
-
-
-def _check_writable(flag: str, path: str | None) -> None:
-    """Fail before any work if ``path`` cannot be written (so no results are lost at the end)."""
-    if path is None:
-        return
-    parent = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(parent):
-        raise InputError(f"{flag}: directory {parent} does not exist")
-    if os.path.isdir(path) or not os.access(parent, os.W_OK):
-        raise InputError(f"{flag}: cannot write {path}")
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = _Parser(prog="python -m apps.minibude", description=__doc__.split("\n")[0])
+    p = cli.Parser(prog="python -m apps.minibude", description=__doc__.split("\n")[0])
     p.add_argument(
         "--deck", metavar="DIR", help="deck directory, or bm1 (shipped; default: built-in synthetic deck)"
     )
-    p.add_argument("--poses", type=_positive, metavar="N", help="use the first N poses of the deck")
-    p.add_argument("--iterations", type=_positive, default=8, help="timed iterations (default 8)")
-    p.add_argument("--ppwi", type=_positive, help="poses per work item (default 64 on cpu, 4 on gpu)")
-    p.add_argument("--threads", type=_positive, help="CPU threads per rank (default: all cores)")
+    p.add_argument("--poses", type=cli.integer(1), metavar="N", help="use the first N poses of the deck")
+    p.add_argument("--iterations", type=cli.integer(1), default=8, help="timed iterations (default 8)")
+    p.add_argument("--ppwi", type=cli.integer(1), help="poses per work item (default 64 on cpu, 4 on gpu)")
+    p.add_argument("--threads", type=cli.integer(1), help="CPU threads per rank (default: all cores)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--mode", choices=("primal", "grad"), default="primal")
     p.add_argument("--wrt", choices=WRT, default="protein", help="what grad mode differentiates")
@@ -75,11 +38,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--grad-output", metavar="PATH", help="write the gradient here (.npy)")
     p.add_argument("--check", action="store_true", help="compare gradient entries with finite differences")
     p.add_argument(
-        "--optimize", type=_nonnegative, default=0, metavar="K", help="K descent steps on the poses"
+        "--optimize",
+        type=cli.integer(0, "must not be negative"),
+        default=0,
+        metavar="K",
+        help="K descent steps on the poses",
     )
     args = p.parse_args(argv)
     for flag in ("json", "output", "grad_output"):
-        _check_writable("--" + flag.replace("_", "-"), getattr(args, flag))
+        cli.check_writable("--" + flag.replace("_", "-"), getattr(args, flag))
     if args.grad_output and args.mode != "grad":
         raise InputError("--grad-output: needs --mode grad")
     if args.check and args.mode != "grad":
@@ -102,53 +69,16 @@ def _load(args: argparse.Namespace) -> Deck:
     return deck.first(args.poses) if args.poses else deck
 
 
-def _set_threads(threads: int | None, comm: Any) -> int:
-    """Set numba's thread count; by default the cores divided among this node's ranks."""
-    import numba
-
-    available = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
-    if threads is None:
-        local = 1
-        if comm is not None:
-            from mpi4py import MPI
-
-            local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
-        threads = max(1, available // local)
-    if threads > available:
-        raise InputError(f"--threads: {threads} is more than the {available} available")
-    numba.set_num_threads(threads)
-    return threads
-
-
-def _progress(total: int, enabled: bool, label: str) -> Any:
-    """A tqdm progress bar on a terminal (a no-op without tqdm or off rank 0)."""
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        enabled = False
-    if not enabled:
-        return _NoBar()
-    return tqdm(total=total, desc=label, unit="it", disable=None, leave=False)
-
-
-class _NoBar:
-    def update(self, n: int = 1) -> None:
-        """Nothing to show."""
-
-    def close(self) -> None:
-        """Nothing to close."""
-
-
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the requested work; rank 0 returns the results, other ranks an empty dict."""
     comm = _comm()
     deck = _load(args)
-    threads = _set_threads(args.threads, comm) if args.device == "cpu" else 1
+    threads = cli.set_threads(args.threads, comm) if args.device == "cpu" else 1
     ppwi = args.ppwi or (64 if args.device == "cpu" else 4)
     dock = Docking(deck, ppwi=ppwi, device=args.device, comm=comm)
     root = dock.rank == 0
     steps = args.iterations * (2 if args.mode == "grad" else 1)
-    bar = _progress(steps, root, f"minibude {args.mode}")
+    bar = cli.progress(steps, root, f"minibude {args.mode}")
     try:
         t_primal = dock.timed(dock.score, args.iterations, bar.update)
         energies = dock.gather_energies()
@@ -270,17 +200,15 @@ def main(argv: list[str] | None = None) -> int:
     except InputError as exc:
         if _rank() == 0:
             print(f"minibude: error: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return cli.EXIT_BAD_INPUT
     except OSError as exc:
         if _rank() == 0:
             print(f"minibude: error: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return cli.EXIT_BAD_INPUT
     if result:
         print(_summary(result))
         if args.json:
-            with open(args.json, "w") as fh:
-                json.dump(result, fh, indent=2)
-                fh.write("\n")
+            cli.write_json(args.json, result)
         return 0 if result["valid"] else 1
     return 0
 

@@ -20,6 +20,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from apps.cli import InputError
+
 __all__ = [
     "HBTYPE_E",
     "HBTYPE_F",
@@ -40,10 +42,6 @@ SHIPPED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 _ATOM = np.dtype([("x", "<f4"), ("y", "<f4"), ("z", "<f4"), ("type", "<i4")])
 _FFPARAM = np.dtype([("hbtype", "<i4"), ("radius", "<f4"), ("hphb", "<f4"), ("elsc", "<f4")])
-
-
-class InputError(ValueError):
-    """Bad input (a deck file missing, truncated or inconsistent, or a bad flag); the message names it."""
 
 
 @dataclass(frozen=True)

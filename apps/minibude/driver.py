@@ -15,23 +15,14 @@ from typing import Any
 import numpy as np
 
 import pad
-from apps.minibude.deck import Deck, InputError
+from apps.cli import InputError, Memory
+from apps.minibude.deck import Deck
 from apps.minibude.kernels import NCOEF, fasten, fasten_x4, pair_coefficients
 
 __all__ = ["WRT", "Docking", "verify"]
 
 WRT = ("protein", "poses", "forcefield")
 TOLERANCE = 2.5e-4  # the reference's validity threshold: 0.025 %
-
-
-def _array_module(device: str) -> Any:
-    if device == "cpu":
-        return np
-    try:
-        import cupy
-    except ImportError as exc:
-        raise InputError(f"--device gpu: CuPy is not available ({exc})") from None
-    return cupy
 
 
 def _share(n: int, rank: int, size: int) -> tuple[int, int]:
@@ -56,7 +47,8 @@ class Docking:
         if self.size > deck.nposes:
             raise InputError(f"mpiexec -n {self.size}: more MPI ranks than poses ({deck.nposes})")
         self.lo, self.hi = _share(deck.nposes, self.rank, self.size)
-        xp = self.xp = _array_module(device)
+        self.memory = Memory(device, comm, simulator=False)  # CuPy arrays on a GPU, one GPU per rank
+        xp = self.xp = self.memory.module
         # Private copies (xp.array copies): drivers move poses and perturb inputs in place.
         self.protein_xyz = xp.array(np.ascontiguousarray(deck.protein_xyz.T))  # (3, natpro)
         self.protein_type = xp.array(deck.protein_type)
@@ -93,8 +85,7 @@ class Docking:
 
     def sync(self) -> None:
         """Wait for the device (timings)."""
-        if self.device == "gpu":
-            self.xp.cuda.Device().synchronize()
+        self.memory.sync()
 
     # -- gradients --------------------------------------------------------------------------------------
     def gradient(self, wrt: str) -> Any:
@@ -144,11 +135,11 @@ class Docking:
     # -- results over ranks -----------------------------------------------------------------------------
     def gather_energies(self) -> np.ndarray | None:
         """A copy of all energies on rank 0 (``None`` elsewhere), as a float32 host array."""
-        return self._gather(_host(self.energies).copy())
+        return self._gather(self.memory.get(self.energies).copy())
 
     def reduced_gradient(self, wrt: str, grad: Any) -> np.ndarray | None:
         """The full gradient on rank 0 in API.md's layout: (natpro, 3), (nposes, 6) or (ntypes, 3)."""
-        host = _host(grad)
+        host = self.memory.get(grad)
         if wrt == "protein":
             host = np.ascontiguousarray(host.T)
         if wrt == "poses":
@@ -190,7 +181,7 @@ class Docking:
 
         Energies are float32, so the step is relatively large (1e-3 relative) and agreement is about 1 %.
         """
-        host = _host(grad)
+        host = self.memory.get(grad)
         target = {"protein": self.protein_xyz, "poses": self.poses, "forcefield": self.ff_params}[wrt]
         rng = np.random.default_rng(7)
         worst = 0.0
@@ -206,7 +197,7 @@ class Docking:
                 points.append(float(target[idx]))  # the float32 value actually used
                 if wrt == "forcefield":
                     self.update_coefficients()
-                sums.append(float(_host(self.score()).astype(np.float64).sum()))
+                sums.append(float(self.memory.get(self.score()).astype(np.float64).sum()))
             target[idx] = original
             if wrt == "forcefield":
                 self.update_coefficients()
@@ -219,10 +210,6 @@ class Docking:
 
 def _coefficients(ff_hbtype: Any, ff_params: Any, protein_type: Any, coef: Any) -> None:
     pad.launch(pair_coefficients, coef.shape[0] * coef.shape[2], ff_hbtype, ff_params, protein_type, coef)
-
-
-def _host(a: Any) -> np.ndarray:
-    return a if isinstance(a, np.ndarray) else a.get()
 
 
 def verify(energies: np.ndarray, reference: np.ndarray) -> tuple[bool, float]:
