@@ -8,7 +8,6 @@ original's code (VolumeError -1, QStopError -2, i.e. 255 and 254) on every rank.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from typing import Any
@@ -214,9 +213,7 @@ def main(argv: list[str] | None = None) -> int:
         if not args.q:
             print(report(result), flush=True)
         if args.json:
-            with open(args.json, "w") as fh:
-                json.dump(result, fh, indent=2)
-                fh.write("\n")
+            cli.write_json(args.json, result)
         return 0 if result["valid"] else 1
     return 0
 
