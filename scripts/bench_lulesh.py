@@ -14,10 +14,8 @@ too. ``--forces`` times the two ways of summing corner forces to nodes (see ``fo
 from __future__ import annotations
 
 import argparse
-import datetime
 import json
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -28,36 +26,10 @@ from typing import Any
 
 import numpy as np
 
+from apps import cli
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SOURCES = ("lulesh.cc", "lulesh-comm.cc", "lulesh-viz.cc", "lulesh-util.cc", "lulesh-init.cc")
-
-
-def machine() -> dict[str, Any]:
-    """What ran the benchmark: CPU model, cores, GPUs, library versions, date."""
-    import numba
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as fh:
-            cpu = next(line.split(":", 1)[1].strip() for line in fh if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    gpus = []
-    if shutil.which("nvidia-smi"):
-        query = subprocess.run(
-            ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True
-        )
-        gpus = [line.strip() for line in query.stdout.splitlines() if line.strip()]
-    return {
-        "host": platform.node(),
-        "cpu": cpu,
-        "cores": os.cpu_count(),
-        "gpus": gpus,
-        "python": platform.python_version(),
-        "numpy": np.__version__,
-        "numba": numba.__version__,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-    }
 
 
 def build_original(src: str, folder: str) -> str:
@@ -225,7 +197,7 @@ def main() -> None:
                     }
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    result: dict[str, Any] = {"machine": machine(), "rows": rows}
+    result: dict[str, Any] = {"machine": cli.machine(), "rows": rows}
     for size, _ in args.cases if args.forces else []:
         for threads in args.threads:
             study = {"size": size, "threads": threads} | forces_study(size, threads)

@@ -26,11 +26,8 @@ i.e. ``-s SIZE`` per rank). LULESH needs a cube number of ranks. Arguments after
 from __future__ import annotations
 
 import argparse
-import datetime
-import importlib
 import json
 import os
-import platform
 import shlex
 import signal
 import subprocess
@@ -40,6 +37,8 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from apps import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GPU_WRAPPER = os.path.join(REPO, "scripts", "one_gpu_per_rank.sh")
@@ -129,85 +128,6 @@ def environment(point: Point) -> dict[str, str]:
     }
 
 
-# ------------------------------------------------------------------------------------------------ machine
-def _output(cmd: list[str]) -> str | None:
-    """Standard output of ``cmd``, or None if it cannot run or fails."""
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd=REPO)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return proc.stdout if proc.returncode == 0 else None
-
-
-def gpu_names() -> list[str]:
-    """The GPUs this process may use (nvidia-smi's, limited to CUDA_VISIBLE_DEVICES where it is set)."""
-    text = _output(["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"])
-    gpus = [line.split(",", 1) for line in (text or "").splitlines() if "," in line]
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        wanted = [v.strip() for v in visible.split(",") if v.strip()]
-        gpus = [g for g in gpus if g[0].strip() in wanted]
-    return [name.strip() for _, name in gpus]
-
-
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _version(module: str) -> str | None:
-    """``module.__version__``, or None where it is missing or cannot be imported (a broken CUDA install)."""
-    try:
-        return str(importlib.import_module(module).__version__)
-    except (ImportError, AttributeError, OSError, RuntimeError):
-        return None
-
-
-def _launcher_version(mpiexec: list[str]) -> str | None:
-    """The launcher's version line (Hydra's "Version:" line, else the first line), or None if it is missing."""
-    lines = [line.strip() for line in (_output([*mpiexec, "--version"]) or "").splitlines() if line.strip()]
-    hydra = ["Hydra " + " ".join(line.split()) for line in lines if line.startswith("Version:")]
-    return (hydra + lines)[0] if lines else None
-
-
-def _pad_commit() -> str | None:
-    """The checkout's commit (with "-dirty" if it has changes), else $PAD_COMMIT, else None."""
-    head = _output(["git", "rev-parse", "HEAD"])
-    if head is None:
-        return os.environ.get("PAD_COMMIT")
-    dirty = _output(["git", "status", "--porcelain", "--untracked-files=no"])
-    return head.strip() + ("-dirty" if dirty else "")
-
-
-def describe_machine(mpiexec: list[str]) -> dict[str, Any]:
-    """Where the study runs: host, CPU, cores, GPUs, library versions, launcher, pad's commit, date."""
-    return {
-        "hostname": platform.node(),
-        "cpu": _cpu_model(),
-        "cores": os.cpu_count(),
-        "cores_usable": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "gpus": gpu_names(),
-        "os": platform.platform(),
-        "python": platform.python_version(),
-        "versions": {m: _version(m) for m in ("numpy", "numba", "numba_cuda", "mpi4py", "cupy", "tqdm")},
-        "launcher": shlex.join(mpiexec),
-        "launcher_version": _launcher_version(mpiexec),
-        "pad_commit": _pad_commit(),
-        "slurm_job": os.environ.get("SLURM_JOB_ID"),
-        "date": _now(),
-    }
-
-
-def _now() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-
-
 # ------------------------------------------------------------------------------------------------ running
 def _tail(text: str) -> str:
     text = text.strip()
@@ -290,10 +210,10 @@ def _progress(points: list[Point], label: str) -> tuple[Any, Callable[[str], Non
 def study(args: argparse.Namespace, extra: list[str]) -> int:
     points = plan(args)
     mpiexec = shlex.split(args.mpiexec)
-    machine = describe_machine(mpiexec)
+    machine = cli.machine(mpiexec)
     gpus = len(machine["gpus"])
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    started = _now()
+    started = cli.utc_now()
     print(
         f"scale: {len(points)} points of {args.app} on {args.kind}; results appended to {args.out}",
         flush=True,
@@ -319,7 +239,7 @@ def study(args: argparse.Namespace, extra: list[str]) -> int:
                 "ranks": point.ranks,
                 "threads": point.threads,
                 "command": shlex.join(cmd),
-                "started": _now(),
+                "started": cli.utc_now(),
                 "wall_s": time.perf_counter() - begin,
                 "ok": error is None,
                 "error": error,
@@ -339,13 +259,6 @@ def study(args: argparse.Namespace, extra: list[str]) -> int:
     return 1 if failures else 0
 
 
-def _positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be at least 1")
-    return value
-
-
 def _default_mpiexec() -> str:
     venv = os.path.join(os.path.dirname(sys.executable), "mpiexec")
     return venv if os.path.exists(venv) else "mpiexec"
@@ -358,14 +271,20 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p = argparse.ArgumentParser(prog="python -m scripts.scale", description=__doc__.split("\n")[0])
     p.add_argument("app", choices=APPS)
     p.add_argument("--kind", choices=KINDS, required=True, help="what the workers are")
-    p.add_argument("--workers", type=_positive, nargs="+", required=True, metavar="N", help="worker counts")
+    p.add_argument(
+        "--workers", type=cli.integer(1), nargs="+", required=True, metavar="N", help="worker counts"
+    )
     p.add_argument(
         "--modes", nargs="+", default=["primal", "grad"], help="primal, grad, sensitivity (LULESH)"
     )
-    p.add_argument("--sizes", type=_positive, nargs="+", metavar="S", help="miniBUDE poses, LULESH mesh edge")
+    p.add_argument(
+        "--sizes", type=cli.integer(1), nargs="+", metavar="S", help="miniBUDE poses, LULESH mesh edge"
+    )
     p.add_argument("--scaling", choices=("strong", "weak"), default="strong")
-    p.add_argument("--iterations", type=_positive, help="iterations (LULESH: cycles); default: the app's")
-    p.add_argument("--repeat", type=_positive, default=1, help="runs of each point (default 1)")
+    p.add_argument(
+        "--iterations", type=cli.integer(1), help="iterations (LULESH: cycles); default: the app's"
+    )
+    p.add_argument("--repeat", type=cli.integer(1), default=1, help="runs of each point (default 1)")
     p.add_argument(
         "--out", help="JSON-lines file to append to (default: results/studies/APP-KIND-SCALING.jsonl)"
     )

@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from apps import cli
 from scripts import scale
 from scripts.scale import GPU_WRAPPER, Point, command, run_point
 
@@ -139,7 +140,7 @@ def test_missing_launcher_and_missing_gpus_are_recorded_without_running(tmp_path
     assert missing["error"] == "cannot start '/nonexistent/mpiexec': No such file or directory"
     assert missing["machine"]["launcher_version"] is None
 
-    monkeypatch.setattr(scale, "gpu_names", lambda: ["Fake GPU"])
+    monkeypatch.setattr(cli, "gpu_names", lambda: ["Fake GPU"])
     argv = ["minibude", "--kind", "gpus", "--workers", "2", "--modes", "primal", "grad", "--sizes", "64"]
     assert scale.main([*argv, "--mpiexec", MPIEXEC, "--out", str(out)]) == 1
     _, primal, grad = lines(out)
