@@ -158,7 +158,14 @@ class Printer:
         return [f"{s.array}[{self.index(s)}] {op} {self.expr(s.value, self.type_of(s.array))}"]
 
     def push(self, s: Push) -> list[str]:
-        return [f"_s{s.kind}, _n{s.kind} = push(_s{s.kind}, _n{s.kind}, {self.expr(s.value, 'f8')})"]
+        # The common case inline: a call would pass (and reference-count) the stack array each time.
+        stack, top = f"_s{s.kind}", f"_n{s.kind}"
+        return [
+            f"if {top} == {stack}.shape[0]:",
+            f"    {stack} = grown({stack})",
+            f"{stack}[{top}] = {self.expr(s.value, 'f8')}",
+            f"{top} += 1",
+        ]
 
     def pop(self, s: Pop) -> list[str]:
         return [f"_n{s.kind} -= 1", f"{s.target} = {_CAST[s.ty].format(f'_s{s.kind}[_n{s.kind}]')}"]
@@ -244,7 +251,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from pad.kernel.runtime import push
+from pad.kernel.runtime import grown
 
 """
 

@@ -7,15 +7,12 @@ from numba import njit
 
 
 @njit(cache=True)
-def push(stack: np.ndarray, top: int, value: float) -> tuple[np.ndarray, int]:
-    """Push ``value`` and return the possibly grown stack.
+def grown(stack: np.ndarray) -> np.ndarray:
+    """A copy of a full stack with twice its room.
 
-    Reverse mode keeps two stacks per thread: float64 (float32 values are saved exactly) and int64 (integers
-    and booleans); numba compiles this once for each.
+    Reverse mode keeps two growable stacks per thread: float64 (float32 values are saved exactly) and int64
+    (integers and booleans); the generated code pushes inline and calls this only when a stack is full.
     """
-    if top == stack.shape[0]:
-        grown = np.empty(2 * stack.shape[0], stack.dtype)
-        grown[:top] = stack
-        stack = grown
-    stack[top] = value
-    return stack, top + 1
+    out = np.empty(2 * stack.shape[0], stack.dtype)
+    out[: stack.shape[0]] = stack
+    return out
