@@ -158,7 +158,13 @@ def main() -> None:
         "--rounds", type=int, default=1, help="alternate pad and the original this many times; keep the best"
     )
     p.add_argument("--forces", action="store_true", help="also time gathering vs scattering corner forces")
-    p.add_argument("--out", default=os.path.join(ROOT, "results", "bench_lulesh.json"))
+    p.add_argument(
+        "--json",
+        "--out",
+        dest="json",
+        default=os.path.join(ROOT, "results", "bench_lulesh.json"),
+        help="where the JSON goes",
+    )
     args = p.parse_args()
     scratch = tempfile.mkdtemp(prefix="lulesh-original-")
     original = args.original or (
@@ -204,10 +210,10 @@ def main() -> None:
             result.setdefault("forces", []).append(study)
             print(json.dumps(study), flush=True)
     shutil.rmtree(scratch, ignore_errors=True)
-    os.makedirs(os.path.dirname(args.out), exist_ok=True)
-    with open(args.out, "w") as fh:
+    os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+    with open(args.json, "w") as fh:
         json.dump(result, fh, indent=2)
-    print(f"wrote {args.out}")
+    print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

@@ -93,6 +93,8 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 
 def _when(rec: Record) -> str:
+    if rec.get("load_average") is None:  # a run on the lent device host, which is not shared
+        return f"{rec['machine']}, {rec['date']}"
     start, end = rec["load_average"]
     return f"{rec['machine']}, {rec['date']} ({start:.1f} -> {end:.1f})"
 
@@ -157,6 +159,35 @@ def minibude() -> list[str]:
         "ratio",
     ]
     return [*_table(header, rows), *_caption(*recs)]
+
+
+def lulesh() -> list[str]:
+    """pad's LULESH against the C++ original (FOM: zones per ms), then the corner-force study, per record."""
+    out = []
+    for rec in _load("lulesh-*.json"):
+        r = rec["result"]
+        rows = []
+        for row in r["rows"]:
+            case = f"-s {row['size']} -i {row['iterations']}"
+            where = "GPU" if row["device"] == "gpu" else f"{row['threads']} threads"
+            theirs = (
+                [f"{row['original_fom']:.0f}", f"{row['fom_ratio']:.2f}x"]
+                if "original_fom" in row
+                else ["", ""]
+            )
+            rows.append([case, where, f"{row['pad_fom']:.0f}", *theirs])
+        out += _table(["case", "on", "pad FOM", "C++ FOM", "pad / C++"], rows)
+        if r.get("forces"):
+            forces = [
+                [f"-s {f['size']}", str(f["threads"]), _ms(f["gather_s"]), _ms(f["scatter_s"])]
+                for f in r["forces"]
+            ]
+            out += [
+                "",
+                *_table(["corner forces to nodes", "threads", "gather", "privatized scatter"], forces),
+            ]
+        out += [*_caption(rec), ""]
+    return out[:-1]
 
 
 def mpi() -> list[str]:
@@ -275,6 +306,7 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "minibude": minibude,
     "mpi": mpi,
     "checkpoint": checkpoint,
+    "lulesh": lulesh,
     "tasks": tasks,
 }
 

@@ -54,7 +54,16 @@ def parse_args(argv: list[str] | None) -> Any:
     p.add_argument("--threads", type=cli.integer(1), help="CPU threads per rank (default: the cores)")
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--json", metavar="PATH", help="write the machine-readable results here")
+    p.add_argument(
+        "--mode", default="primal", help="primal (the gradients, grad and sensitivity, are being built)"
+    )
     args = p.parse_args(argv)
+    if args.mode != "primal":
+        known = args.mode in ("grad", "sensitivity")
+        raise InputError(
+            f"--mode {args.mode}: "
+            + ("not built yet; LULESH runs --mode primal" if known else "unknown mode")
+        )
     if args.f is not None or args.v:
         raise InputError(f"{'-f' if args.f is not None else '-v'}: visualization output is not supported")
     cli.check_writable("--json", args.json)
@@ -166,7 +175,7 @@ def run(args: Any) -> dict[str, Any]:
         valid = valid and cycles == iterations and f"{energy:12.6e}".strip() == printed
     return {
         "app": "lulesh",
-        "mode": "primal",
+        "mode": args.mode,
         "ranks": comm.size,
         "threads": threads,
         "device": args.device,
