@@ -178,6 +178,7 @@ def build(
         halo=halo,
     )
     if target == "cpu":
+        launcher.stack = rev.static_depth() if rev is not None else None
         variant.source = MODULE_HEADER.format(origin=origin) + launcher_source(
             launcher, launch_index, body, types, low.kinds, init, fastmath
         )

@@ -30,6 +30,7 @@ from pad.kernel.ir import (
     Store,
     While,
     arrays_in,
+    assigned,
     exprs_of,
     loaded_arrays,
     names_in,
@@ -77,6 +78,31 @@ class Printer:
     types: dict[str, str]
     kinds: dict[str, Kind]
     lines: list[str] = field(default_factory=list)
+    sized_stacks: bool = False  # the stacks hold the deepest an iteration goes: push without checking
+    # Scalars assigned again at the top level of the body get a fresh name each time (``x__2``): numba
+    # rebuilds SSA form for every variable with several definitions by walking the whole function, which
+    # for an adjoint of thousands of such variables took most of its compile time. ``renamable``: the
+    # scalars no nested block assigns (renaming those would need merges at the block's end).
+    renamable: set[str] = field(default_factory=set)
+    versions: dict[str, str] = field(default_factory=dict)
+    defined: set[str] = field(default_factory=set)
+    nesting: int = 0
+
+    def define(self, name: str) -> str:
+        """The name to print for a new definition of scalar ``name``."""
+        if self.nesting or name not in self.renamable:
+            return name
+        if name not in self.defined:
+            self.defined.add(name)
+            return name
+        version = f"{name}__{len(self.defined)}"
+        self.defined.add(version)
+        self.versions[name] = version
+        return version
+
+    def current(self, name: str) -> str:
+        """The name under which scalar ``name``'s current value is printed."""
+        return self.versions.get(name, name)
 
     def type_of(self, name: str) -> str:
         base = base_name(name)
@@ -87,7 +113,7 @@ class Printer:
 
     def expr(self, e: Expr, ty: str) -> str:
         if isinstance(e, Name):
-            return e.id
+            return self.current(e.id)
         if isinstance(e, Lit):
             if isinstance(e.value, np.float32) or (e.typed and ty == "f4" and not isinstance(e.value, bool)):
                 return f"np.float32({float(e.value)!r})"
@@ -108,29 +134,30 @@ class Printer:
         pad = "    " * indent
         for s in stmts:
             if isinstance(s, Assign):
-                self.lines.append(f"{pad}{s.target} = {self.expr(s.value, self.type_of(s.target))}")
+                value = self.expr(s.value, self.type_of(s.target))
+                self.lines.append(f"{pad}{self.define(s.target)} = {value}")
             elif isinstance(s, Store):
                 self.lines += [pad + line for line in self.store(s)]
             elif isinstance(s, If):
                 self.lines.append(f"{pad}if {self.expr(s.cond, 'b')}:")
-                self.emit(s.body or [], indent + 1)
+                self.nested(s.body or [], indent + 1)
                 if not s.body:
                     self.lines.append(f"{pad}    pass")
                 if s.orelse:
                     self.lines.append(f"{pad}else:")
-                    self.emit(s.orelse, indent + 1)
+                    self.nested(s.orelse, indent + 1)
             elif isinstance(s, For):
                 self.lines += [pad + line for line in self.loop_header(s)]
-                self.emit(s.body, indent + 1)
+                self.nested(s.body, indent + 1)
                 if not s.body:
                     self.lines.append(f"{pad}    pass")
                 self.lines += [pad + line for line in self.loop_footer(s)]
             elif isinstance(s, While):
                 self.lines.append(f"{pad}while True:")
-                self.emit(s.test, indent + 1)
+                self.nested(s.test, indent + 1)
                 self.lines.append(f"{pad}    if not {self.expr(s.cond, 'b')}:")
                 self.lines.append(f"{pad}        break")
-                self.emit(s.body, indent + 1)
+                self.nested(s.body, indent + 1)
             elif isinstance(s, Push):
                 self.lines += [pad + line for line in self.push(s)]
             elif isinstance(s, Pop):
@@ -141,6 +168,11 @@ class Printer:
                 continue  # allocated once per chunk
             else:
                 raise AssertionError(f"cannot print {s}")
+
+    def nested(self, stmts: list[Stmt], indent: int) -> None:
+        self.nesting += 1
+        self.emit(stmts, indent)
+        self.nesting -= 1
 
     # Statements whose code depends on the target (CPU threads here; CUDA in ``CudaPrinter``).
     def loop_header(self, s: For) -> list[str]:
@@ -158,17 +190,18 @@ class Printer:
         return [f"{s.array}[{self.index(s)}] {op} {self.expr(s.value, self.type_of(s.array))}"]
 
     def push(self, s: Push) -> list[str]:
-        # The common case inline: a call would pass (and reference-count) the stack array each time.
+        # Inline: a call would pass (and reference-count) the stack array each time.
         stack, top = f"_s{s.kind}", f"_n{s.kind}"
-        return [
-            f"if {top} == {stack}.shape[0]:",
-            f"    {stack} = grown({stack})",
-            f"{stack}[{top}] = {self.expr(s.value, 'f8')}",
-            f"{top} += 1",
-        ]
+        room = (
+            [] if self.sized_stacks else [f"if {top} == {stack}.shape[0]:", f"    {stack} = grown({stack})"]
+        )
+        return [*room, f"{stack}[{top}] = {self.expr(s.value, 'f8')}", f"{top} += 1"]
 
     def pop(self, s: Pop) -> list[str]:
-        return [f"_n{s.kind} -= 1", f"{s.target} = {_CAST[s.ty].format(f'_s{s.kind}[_n{s.kind}]')}"]
+        return [
+            f"_n{s.kind} -= 1",
+            f"{self.define(s.target)} = {_CAST[s.ty].format(f'_s{s.kind}[_n{s.kind}]')}",
+        ]
 
     def fill(self, s: Fill) -> list[str]:
         return [f"{s.array}[...] = {self.expr(s.value, self.type_of(s.array))}"]
@@ -189,6 +222,15 @@ class Launcher:
     # Every private accumulation is at the launch index plus a constant: chunks run in waves (every other
     # chunk at a time) and add into the arrays themselves; ``privates`` then name no buffers.
     waves: bool = False
+    # Reverse mode: the stack depth of every launch index, when known at compile time (else they grow).
+    stack: int | None = None
+
+
+def _renamable(body: list[Stmt], launch_index: str) -> set[str]:
+    """The scalars that ``Printer`` may give a fresh name at each top-level definition: those that no
+    nested block assigns."""
+    nested = {n for s in body if isinstance(s, (If, For, While)) for n in assigned([s])}
+    return {n for s in body for n in assigned([s])} - nested - {launch_index}
 
 
 def launcher_source(
@@ -201,28 +243,24 @@ def launcher_source(
     fastmath: bool,
 ) -> str:
     """The Python source of a ``@njit(parallel=True)`` launcher running ``body`` for every launch index."""
-    p = Printer(types, kinds)
+    p = Printer(types, kinds, sized_stacks=launcher.stack is not None)
+    p.renamable = _renamable(body, launch_index)
     args = ", ".join(
         ["_n", "_nchunks", *(["_nwaves"] if launcher.waves else []), *launcher.params, *launcher.extras]
     )
-    p.lines += [
-        f"@njit(parallel=True, nogil=True, cache=True, fastmath={fastmath}, error_model='numpy')",
-        f"def {launcher.name}({args}):",
-    ]
-    if launcher.waves:  # chunks _wave, _wave + _nwaves, ... at a time
-        p.lines += [
-            "    for _wave in range(_nwaves):",
-            "      for _k in prange((_nchunks - _wave + _nwaves - 1) // _nwaves):",
-            "        _c = _k * _nwaves + _wave",
-        ]
-    else:
-        p.lines.append("    for _c in prange(_nchunks):")
+    # One chunk's work is a plain njit function that the parallel launcher calls: numba's parfor passes
+    # (fusion, pre-lowering), which walk the whole parallel function, then see a loop of calls, not a
+    # kernel's adjoint of thousands of statements (a third of its compile time).
+    options = f"nogil=True, cache=True, fastmath={fastmath}, error_model='numpy'"
+    chunk = f"{launcher.name}_chunk"
+    p.lines += [f"@njit({options})", f"def {chunk}(_c, {args}):"]
     p.lines += ["        _lo = _n * _c // _nchunks", "        _hi = _n * (_c + 1) // _nchunks"]
     for local in launcher.locals:
         p.lines.append(f"        {local.target} = np.zeros({local.shape}, np.{local.dtype.name})")
     kinds_used = sorted({s.kind for s in walk(body) if isinstance(s, (Push, Pop))})
     for k in kinds_used:
-        p.lines.append(f"        _s{k} = np.empty(64, np.{'float64' if k == 'f' else 'int64'})")
+        room = 64 if launcher.stack is None else max(launcher.stack, 1)
+        p.lines.append(f"        _s{k} = np.empty({room}, np.{'float64' if k == 'f' else 'int64'})")
     for buf in launcher.privates:
         base = buf[len("_priv") :]
         p.lines.append(f"        _pv{base} = {base if launcher.waves else f'{buf}[_c]'}")
@@ -232,15 +270,24 @@ def launcher_source(
     for k in kinds_used:
         p.lines.append(f"            _n{k} = 0")
     for name in init:
-        p.lines.append(f"            {name} = {_ZERO.get(p.type_of(name), '0.0')}")
+        p.lines.append(f"            {p.define(name)} = {_ZERO.get(p.type_of(name), '0.0')}")
     before = len(p.lines)
     p.emit(body, 3)
     if len(p.lines) == before and not init and not launcher.accumulators:
         p.lines.append("            pass")
     for acc in launcher.accumulators:
-        p.lines.append(f"            _acc{acc} += {acc}")
+        p.lines.append(f"            _acc{acc} += {p.current(acc)}")
     for slot, acc in enumerate(launcher.accumulators):
         p.lines.append(f"        _act[_c, {slot}] = _acc{acc}")
+    p.lines += ["", "", f"@njit(parallel=True, {options})", f"def {launcher.name}({args}):"]
+    if launcher.waves:  # chunks _wave, _wave + _nwaves, ... at a time
+        p.lines += [
+            "    for _wave in range(_nwaves):",
+            "        for _k in prange((_nchunks - _wave + _nwaves - 1) // _nwaves):",
+            f"            {chunk}(_k * _nwaves + _wave, {args})",
+        ]
+    else:
+        p.lines += ["    for _c in prange(_nchunks):", f"        {chunk}(_c, {args})"]
     return "\n".join(p.lines) + "\n"
 
 
@@ -304,7 +351,7 @@ class CudaPrinter(Printer):
         adds atomically (32x fewer atomics on one address); elsewhere every lane adds atomically."""
         self.groups += 1
         names = sorted(uniform_add_names(run[0], self.varying) or ()) or ["0"]
-        check = " and ".join(f"uniform({n})" for n in names)
+        check = " and ".join(f"uniform({self.current(n)})" for n in names)
         sums = [f"_w{self.groups}_{k}" for k in range(len(run))]
         lines = [f"if WARP_SHUFFLES and {check}:"]
         lines += [
@@ -385,7 +432,7 @@ class CudaPrinter(Printer):
     def pop(self, s: Pop) -> list[str]:
         return [
             "_nt -= 1",
-            f"{s.target} = {_CUDA_CAST[s.ty].format('_tape[min(_nt, _tape.shape[0] - 1), _tid]')}",
+            f"{self.define(s.target)} = {_CUDA_CAST[s.ty].format('_tape[min(_nt, _tape.shape[0] - 1), _tid]')}",
         ]
 
     def fill(self, s: Fill) -> list[str]:
@@ -419,6 +466,7 @@ def cuda_kernel_source(
     offsets = launch_offsets(body, launch_index)
     tiles = _tiled(body, atomic, offsets, kinds)
     p = CudaPrinter(types, kinds, varying=varying, ranks=ranks, atomic=atomic, tiles=tiles, offsets=offsets)
+    p.renamable = _renamable(body, launch_index)
     uses_tape = any(isinstance(s, (Push, Pop)) for s in walk(body))
     # Not with a tape (the group's lanes would reuse one column's slots out of step) or shared-memory tiles
     # (slots per thread).
@@ -458,10 +506,10 @@ def cuda_kernel_source(
     if uses_tape:
         p.lines.append("        _nt = 0")
     for name in init:
-        p.lines.append(f"        {name} = {_ZERO.get(p.type_of(name), '0.0')}")
+        p.lines.append(f"        {p.define(name)} = {_ZERO.get(p.type_of(name), '0.0')}")
     p.emit(body, 2)
     for acc in launcher.accumulators:
-        p.lines += ["        " + line for line in p.first_lane([f"_acc{acc} += {acc}"])]
+        p.lines += ["        " + line for line in p.first_lane([f"_acc{acc} += {p.current(acc)}"])]
     if tiles:
         p.lines.append("    cuda.syncthreads()")
     for array, halo in tiles.items():

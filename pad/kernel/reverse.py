@@ -415,6 +415,38 @@ class Reverse:
         arrays = {p for p, k in self.kinds.items() if isinstance(k, ArrayKind) and not k.local}
         return liveness(_drop_stores(code, arrays), set(), prune=True)[0]
 
+    def static_depth(self) -> int | None:
+        """``depth``'s bound when it is the same for every launch index: every loop that pushes (or replays
+        pushes) runs a literal number of times. ``None`` otherwise. CPU launchers then allocate each
+        chunk's stack once at this size and push without checking for room."""
+        try:
+            count, deepest = self._static(self.forward)
+        except _Dynamic:
+            return None
+        return count + deepest
+
+    def _static(self, stmts: list[Stmt]) -> tuple[int, int]:
+        """``_counted`` evaluated at compile time: (pushes, deepest replay on top of them)."""
+        count = deepest = 0
+        for s in stmts:
+            if isinstance(s, Push):
+                count += 1
+            elif isinstance(s, If):
+                (a, da), (b, db) = self._static(s.body), self._static(s.orelse)
+                count, deepest = count + max(a, b), max(deepest, da, db)
+            elif isinstance(s, (For, While)):
+                if not any(isinstance(x, Push) for x in walk(s.body)) and id(s) not in self.replays:
+                    continue
+                trips = _trips(s)
+                if id(s) in self.replays:
+                    carried, replay = self.replays[id(s)]
+                    inner = sum(self._static(replay))
+                    count, deepest = count + trips * carried, max(deepest, inner if trips else 0)
+                else:
+                    inner, inner_deepest = self._static(s.body)
+                    count, deepest = count + trips * inner, max(deepest, inner_deepest)
+        return count, deepest
+
     def _counted(self, stmts: list[Stmt], count: str, deepest: str) -> list[Stmt]:
         out: list[Stmt] = []
         for s in stmts:
@@ -538,3 +570,16 @@ def _loop_code(s: For | While) -> list[Stmt]:
 
 def _names(s: Stmt) -> set[str]:
     return {n for e in exprs_of(s) for n in names_in(e)}
+
+
+class _Dynamic(Exception):
+    """A loop's trip count is known only when the kernel runs."""
+
+
+def _trips(s: For | While) -> int:
+    """How many times loop ``s`` runs, when its bounds are literals."""
+    bounds = (s.start, s.stop, s.step) if isinstance(s, For) else ()
+    if not bounds or not all(isinstance(b, Lit) and isinstance(b.value, int) for b in bounds):
+        raise _Dynamic
+    start, stop, step = (int(b.value) for b in bounds)  # type: ignore[attr-defined]
+    return len(range(start, stop, step))
