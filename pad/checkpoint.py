@@ -48,6 +48,7 @@ from checkpoint_schedules import (
     MultistageCheckpointSchedule,
     Reverse,
     multistage,
+    optimal_steps_binomial,
 )
 
 from pad import arrays, tape
@@ -59,7 +60,7 @@ from pad.tasks import _Guarded
 # and takes microseconds per call.
 multistage.n_advance = getattr(multistage.n_advance, "py_func", multistage.n_advance)
 
-__all__ = ["Stats", "loop", "segment", "while_loop"]
+__all__ = ["Stats", "loop", "optimal_recomputations", "segment", "while_loop"]
 
 
 @dataclass
@@ -501,6 +502,15 @@ def loop(
     with lp.running():
         sweep.run()
     ctx.record(_LoopRecord(lp, sweep))
+
+
+def optimal_recomputations(nsteps: int, snapshots: int) -> int:
+    """The fewest step calls beyond the first sweep that reverse ``nsteps`` steps with ``snapshots``
+    snapshots: those of the offline binomial (Revolve) schedule, which ``loop`` follows (``Stats.recomputed``
+    counts the same calls). ``while_loop``, which learns its step count only at the end, makes more."""
+    if nsteps < 1:
+        return 0
+    return int(optimal_steps_binomial(nsteps, min(snapshots, nsteps - 1))) - nsteps
 
 
 def while_loop(

@@ -72,7 +72,7 @@ def test_loop_matches_keep_everything(nsteps, snapshots):
     for a, b in zip(got, _expected(nsteps), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-13, atol=1e-14)
     assert stats.steps == optimal_steps_binomial(nsteps, min(snapshots, nsteps - 1))
-    assert stats.recomputed == stats.steps - nsteps
+    assert stats.recomputed == stats.steps - nsteps == checkpoint.optimal_recomputations(nsteps, snapshots)
     assert stats.snapshots_peak <= snapshots
     written = min(nsteps, 2) + (nsteps > 3)  # v, then u, then w from step 3 on
     assert stats.state_bytes == written * N * 8  # exactly the arrays the steps overwrite
