@@ -235,20 +235,24 @@ class Hydro:
         )  # fmt: skip
         pad.launch(K.k_time_reduce, 1, self.chunks, self.partial, s.clock)
 
+    def cycle(self, t: int, s: State, leapfrog: Any = None) -> None:
+        """Cycle ``t + 1``: the time increment, the leap-frog step (or ``leapfrog(s)``, a differentiated
+        one, say) and the fault check. The step of ``pad.checkpoint.while_loop`` in a whole-run gradient."""
+        self.time_increment(s, t == 0)
+        (leapfrog or self.leapfrog)(s)
+        self.check(t + 1)
+
     def advance(self, s: State, cycles: int, on_cycle: Any = None, leapfrog: Any = None) -> int:
         """Run cycles until the stop time or ``cycles`` cycles (the original's main loop); returns the count.
 
-        ``leapfrog(s)`` replaces the leap-frog step (a differentiated one, say); ``on_cycle(cycle)`` is
-        called after each cycle. A fault stops the run with ``Abort`` on every rank.
+        ``on_cycle(cycle, s)`` is called after each cycle. A fault stops the run with ``Abort`` on every rank.
         """
         cycle = 0
         while float(s.clock[K.TIME]) < STOPTIME and cycle < cycles:
-            self.time_increment(s, cycle == 0)
+            self.cycle(cycle, s, leapfrog)
             cycle += 1
-            (leapfrog or self.leapfrog)(s)
-            self.check(cycle)
             if on_cycle is not None:
-                on_cycle(cycle)
+                on_cycle(cycle, s)
         return cycle
 
     # ----------------------------------------------------------------------------------- faults

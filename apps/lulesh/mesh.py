@@ -136,6 +136,31 @@ class Mesh:
     def at_origin(self) -> bool:
         return self.plane == self.row == self.col == 0
 
+    def global_nodes(self) -> np.ndarray:
+        """Each node's number in the whole ``(tp * nx + 1)``-cube of nodes."""
+        nn, g = self.nx + 1, self.tp * self.nx + 1
+        k, j, i = (a.ravel() for a in np.meshgrid(*(np.arange(nn),) * 3, indexing="ij"))
+        k, j, i = k + self.plane * self.nx, j + self.row * self.nx, i + self.col * self.nx
+        return (k * g + j) * g + i
+
+    def global_elements(self) -> np.ndarray:
+        """Each element's number in the whole ``(tp * nx)``-cube of elements."""
+        n, g = self.nx, self.tp * self.nx
+        k, j, i = (a.ravel() for a in np.meshgrid(*(np.arange(n),) * 3, indexing="ij"))
+        k, j, i = k + self.plane * n, j + self.row * n, i + self.col * n
+        return (k * g + j) * g + i
+
+    def owned_nodes(self) -> np.ndarray:
+        """Whether this rank owns each node: of the ranks sharing a node, the highest (whose copy the
+        position halo spreads) owns it, so every node of the whole mesh has exactly one owner."""
+        nx, last = self.nx, self.tp - 1
+        k, j, i = (a.ravel() for a in np.meshgrid(*(np.arange(nx + 1),) * 3, indexing="ij"))
+        return (
+            ((k < nx) | (self.plane == last))
+            & ((j < nx) | (self.row == last))
+            & ((i < nx) | (self.col == last))
+        )
+
 
 def build(nx: int, size: int, rank: int, nregions: int, balance: int, cost: int) -> Mesh:
     """The block of rank ``rank`` of ``size`` ranks, ``nx`` elements along each side."""
