@@ -8,6 +8,7 @@ original's code (VolumeError -1, QStopError -2, i.e. 255 and 254) on every rank.
 
 from __future__ import annotations
 
+import argparse
 import sys
 import time
 from typing import Any
@@ -16,6 +17,7 @@ import numpy as np
 
 from apps import cli
 from apps.cli import InputError
+from apps.lulesh.hydro import PARAMETERS, STOPTIME
 
 REFERENCE = {
     # (mesh edge, cycles asked or None to completion): (iterations, Final Origin Energy as printed)
@@ -30,6 +32,12 @@ REFERENCE = {
 """The C++ original's results (serial runs; P ranks of ``-s n`` reproduce the serial run of P^(1/3) n)."""
 
 UNTIL_COMPLETION = 9999999
+MODES = ("primal", "grad", "sensitivity")
+CHECK_CYCLE = 3
+"""``--mode grad --check`` differentiates this cycle (the blast has reached the origin's neighbours)."""
+DEFAULT_SNAPSHOTS = 32
+"""Snapshots of the whole-run gradient: with the one step recorded for its reverse pass, the memory of the
+state copies stays below 64 copies of the state."""
 SYMMETRY_TOLERANCE = 1e-8
 
 
@@ -55,19 +63,52 @@ def parse_args(argv: list[str] | None) -> Any:
     p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
     p.add_argument("--json", metavar="PATH", help="write the machine-readable results here")
     p.add_argument(
-        "--mode", default="primal", help="primal (the gradients, grad and sensitivity, are being built)"
+        "--mode",
+        choices=MODES,
+        default="primal",
+        help="primal run, per-cycle gradient, or the gradient of the whole run's Final Origin Energy",
     )
+    p.add_argument("--check", action="store_true", help="grad, sensitivity: check against finite differences")
+    p.add_argument(
+        "--snapshots", type=cli.integer(1), default=DEFAULT_SNAPSHOTS, metavar="K",
+        help=f"sensitivity: state copies kept by the checkpointed loop ({DEFAULT_SNAPSHOTS})",
+    )  # fmt: skip
+    p.add_argument(
+        "--set", action="append", default=[], metavar="NAME=VALUE", type=_assignment,
+        help="override a model parameter: " + ", ".join(PARAMETERS),
+    )  # fmt: skip
+    p.add_argument("--grad-output", metavar="PATH", help="sensitivity: dJ/d(initial coordinates) as .npy")
+    p.add_argument("--plot", metavar="PATH", help="sensitivity: |dJ/dx| on the z = 0 plane as .png")
     args = p.parse_args(argv)
-    if args.mode != "primal":
-        known = args.mode in ("grad", "sensitivity")
-        raise InputError(
-            f"--mode {args.mode}: "
-            + ("not built yet; LULESH runs --mode primal" if known else "unknown mode")
-        )
     if args.f is not None or args.v:
         raise InputError(f"{'-f' if args.f is not None else '-v'}: visualization output is not supported")
-    cli.check_writable("--json", args.json)
+    for flag, value in (("--grad-output", args.grad_output), ("--plot", args.plot)):
+        if value is not None and args.mode != "sensitivity":
+            raise InputError(f"{flag}: only with --mode sensitivity")
+    if args.check and args.mode == "primal":
+        raise InputError("--check: only with --mode grad or --mode sensitivity")
+    if args.plot is not None:
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise InputError("--plot: needs matplotlib (pip install -e '.[bench]')") from None
+    for flag, path in (("--json", args.json), ("--grad-output", args.grad_output), ("--plot", args.plot)):
+        cli.check_writable(flag, path)
+    args.set = dict(args.set)
     return args
+
+
+def _assignment(text: str) -> tuple[str, float]:
+    """``--set NAME=VALUE``: a model parameter and its value."""
+    name, sep, value = text.partition("=")
+    if not sep or name not in PARAMETERS:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected NAME=VALUE with NAME one of {', '.join(PARAMETERS)}"
+        )
+    try:
+        return name, float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: {value!r} is not a number") from None
 
 
 def _banner(args: Any, ranks: int, threads: int) -> str:
@@ -118,10 +159,10 @@ def report(r: dict[str, Any]) -> str:
 
 
 def run(args: Any) -> dict[str, Any]:
-    """Run LULESH; rank 0 returns the results, the other ranks an empty dict."""
+    """Run LULESH in ``args.mode``; rank 0 returns the results, the other ranks an empty dict."""
     import pad.mpi
     from apps.lulesh import mesh
-    from apps.lulesh.hydro import Hydro
+    from apps.lulesh.hydro import Hydro, default_parameters
 
     comm = pad.mpi.COMM_WORLD
     threads = cli.set_threads(args.threads, comm.mpi) if args.device == "cpu" else 1
@@ -130,45 +171,64 @@ def run(args: Any) -> dict[str, Any]:
     if root and not args.q:
         print(_banner(args, comm.size, threads), flush=True)
     hydro = Hydro(mesh.build(args.s, comm.size, comm.rank, args.r, args.b, args.c), comm, memory)
-
+    parameters = default_parameters(args.s, hydro.mesh.tp) | args.set
     # Compile every kernel on a throwaway cycle, so the timed loop measures the program, not numba.
-    warm = hydro.initial_state()
-    hydro.setup(warm)
-    hydro.advance(warm, 1)
+    _timed(hydro, parameters, 1)
 
-    state = hydro.initial_state()
-    hydro.setup(state)
-    comm.Barrier()
     bar = cli.progress(100.0, root and not args.q, f"lulesh -s {args.s}", unit="%")
-    done = [0.0]
+    try:
+        state, cycles, seconds = _timed(hydro, parameters, args.i, _on_cycle(args, hydro, bar))
+    finally:
+        bar.close()
+    record = _record(args, hydro, state, cycles, seconds, threads)
+    if args.mode == "grad":
+        record.update(_grad(args, hydro, parameters, record))
+    elif args.mode == "sensitivity":
+        record.update(_sensitivity(args, hydro, parameters, record))
+    return record if root else {}
 
-    def on_cycle(cycle: int) -> None:
-        t, dt = memory.get(state.clock)[:2]
-        if args.p and root and not args.q:
+
+def _timed(hydro: Any, parameters: dict[str, float], cycles: int, on_cycle: Any = None, leapfrog: Any = None):
+    """A run from the initial state: (its final state, cycles run, seconds of the slowest rank's loop)."""
+    import pad.mpi
+
+    state = hydro.initial_state(parameters)
+    hydro.setup(state)
+    hydro.comm.Barrier()
+    start = time.perf_counter()
+    cycles = hydro.advance(state, cycles, on_cycle, leapfrog)
+    hydro.memory.sync()
+    seconds = hydro.comm.mpi.allreduce(time.perf_counter() - start, op=pad.mpi.MAX)
+    return state, cycles, seconds
+
+
+def _on_cycle(args: Any, hydro: Any, bar: Any) -> Any:
+    """The progress bar's and ``-p``'s view of each cycle."""
+    done = [0.0]
+    printing = args.p and hydro.rank == 0 and not args.q
+
+    def on_cycle(cycle: int, state: Any) -> None:
+        t, dt = hydro.memory.get(state.clock)[:2]
+        if printing:
             print(f"cycle = {cycle}, time = {t:e}, dt={dt:e}", flush=True)
-        fraction = 100.0 * max(t / 1.0e-2, cycle / args.i)
+        fraction = 100.0 * max(t / STOPTIME, cycle / args.i)
         bar.update(fraction - done[0])
         done[0] = fraction
 
-    start = time.perf_counter()
-    try:
-        cycles = hydro.advance(state, args.i, on_cycle)
-        memory.sync()
-    finally:
-        bar.close()
-    elapsed = np.array([time.perf_counter() - start])
-    slowest = np.zeros(1)
-    comm.Reduce(elapsed, slowest, pad.mpi.MAX, 0)
-    if not root:
-        return {}
-    e = memory.get(state.e)
+    return on_cycle
+
+
+def _record(args: Any, hydro: Any, state: Any, cycles: int, seconds: float, threads: int) -> dict[str, Any]:
+    """The primal run's results: the original's report fields and the checks against its numbers."""
+    size = hydro.comm.size
+    e = hydro.memory.get(state.e)
     max_abs, total_abs, max_rel = symmetry(e, args.s)
-    grind = slowest[0] * 1e6 / max(cycles, 1) / args.s**3
+    grind = seconds * 1e6 / max(cycles, 1) / args.s**3
     energy = float(e[0])
     checks: dict[str, Any] = {"symmetry": {"max_rel_diff": max_rel, "tolerance": SYMMETRY_TOLERANCE}}
     valid = bool(np.isfinite(e).all()) and max_rel <= SYMMETRY_TOLERANCE
-    edge = round(comm.size ** (1 / 3)) * args.s
-    known = REFERENCE.get((edge, None if args.i == UNTIL_COMPLETION else args.i))
+    edge = round(size ** (1 / 3)) * args.s
+    known = None if args.set else REFERENCE.get((edge, None if args.i == UNTIL_COMPLETION else args.i))
     if known is not None:
         iterations, printed = known
         checks["reference"] = {"iterations": iterations, "final_origin_energy": printed}
@@ -176,7 +236,7 @@ def run(args: Any) -> dict[str, Any]:
     return {
         "app": "lulesh",
         "mode": args.mode,
-        "ranks": comm.size,
+        "ranks": size,
         "threads": threads,
         "device": args.device,
         "problem": {
@@ -184,10 +244,11 @@ def run(args: Any) -> dict[str, Any]:
             "regions": args.r,
             "balance": args.b,
             "cost": args.c,
-            "elements": comm.size * args.s**3,
+            "elements": size * args.s**3,
         },
+        "parameters": dict(args.set),
         "iterations": cycles,
-        "time_primal_s": slowest[0] / max(cycles, 1),
+        "time_primal_s": seconds / max(cycles, 1),
         "time_grad_s": None,
         "overhead": None,
         "valid": valid,
@@ -196,10 +257,126 @@ def run(args: Any) -> dict[str, Any]:
         "max_abs_diff": max_abs,
         "total_abs_diff": total_abs,
         "max_rel_diff": max_rel,
-        "elapsed_s": float(slowest[0]),
+        "elapsed_s": float(seconds),
         "grind_us": grind,
-        "fom": 1000.0 / (grind / comm.size),
+        "fom": 1000.0 / (grind / size),
     }
+
+
+def _grad(args: Any, hydro: Any, parameters: dict[str, float], primal: dict[str, Any]) -> dict[str, Any]:
+    """``--mode grad``: the same run with each leap-frog step differentiated (Enzyme's measurement)."""
+    from apps.lulesh.adjoint import StepGradient, check_step
+
+    step = StepGradient(hydro)
+    _timed(hydro, parameters, 1, leapfrog=step)  # compiles the adjoints
+    bar = cli.progress(100.0, hydro.rank == 0 and not args.q, f"lulesh -s {args.s} gradient", unit="%")
+    try:
+        state, cycles, seconds = _timed(hydro, parameters, args.i, _on_cycle(args, hydro, bar), step)
+    finally:
+        bar.close()
+    energy = float(hydro.memory.get(state.e)[0])
+    same = cycles == primal["iterations"] and energy == primal["final_origin_energy"]
+    checks = {"gradient_run_equals_primal": same}
+    if args.check:
+        checks["gradient"] = check_step(hydro, _state_at(hydro, parameters, CHECK_CYCLE))
+    out = {
+        "time_grad_s": seconds / max(cycles, 1),
+        "overhead": seconds / primal["elapsed_s"] if primal["elapsed_s"] else None,
+        "gradient_norm": _norm(hydro, step.shadows),
+    }
+    return _merge_checks(primal, checks, out)
+
+
+def _state_at(hydro: Any, parameters: dict[str, float], cycle: int) -> Any:
+    """The state of a run at ``cycle``, its time increment taken (where ``--check`` differentiates)."""
+    state = hydro.initial_state(parameters)
+    hydro.setup(state)
+    hydro.advance(state, cycle - 1)
+    hydro.time_increment(state, first=cycle == 1)
+    return state
+
+
+def _norm(hydro: Any, arrays: dict[str, Any]) -> float:
+    """The 2-norm of the gradient, every rank's arrays together."""
+    from apps.lulesh.adjoint import allsum
+
+    local = sum(float(np.vdot(a, a)) for a in map(hydro.memory.get, arrays.values()))
+    return float(np.sqrt(allsum(hydro, local)))
+
+
+def _merge_checks(primal: dict[str, Any], checks: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
+    """``out`` with the primal's checks and these, ``valid`` only if all passed."""
+    passed = all(c if isinstance(c, bool) else c["passed"] for c in checks.values())
+    return out | {"checks": primal["checks"] | checks, "valid": primal["valid"] and passed}
+
+
+def _sensitivity(
+    args: Any, hydro: Any, parameters: dict[str, float], primal: dict[str, Any]
+) -> dict[str, Any]:
+    """``--mode sensitivity``: the gradient of the whole run's Final Origin Energy."""
+    import pad.checkpoint
+    from apps.lulesh.adjoint import check_sensitivity, gather, sensitivity
+
+    sensitivity(hydro, 1, parameters, args.snapshots)  # compiles the adjoints
+    result = sensitivity(hydro, args.i, parameters, args.snapshots)
+    coords = gather(hydro, "xv", result.coords)
+    same = result.cycles == primal["iterations"] and result.energy == primal["final_origin_energy"]
+    checks = {"gradient_run_equals_primal": same}
+    if args.check:
+        checks["gradient"] = check_sensitivity(hydro, result, parameters)
+    if coords is None:
+        return {}
+    if args.grad_output:
+        np.save(args.grad_output, coords.T)
+    if args.plot:
+        _plot(args.plot, coords, args.s * hydro.mesh.tp)
+    stats = result.stats
+    out = {
+        "time_grad_s": result.seconds,
+        "time_primal_s": primal["elapsed_s"],
+        "overhead": result.seconds / primal["elapsed_s"] if primal["elapsed_s"] else None,
+        "gradient": result.parameters | {"coords_norm": float(np.linalg.norm(coords))},
+        "snapshots": args.snapshots,
+        "snapshots_peak": stats.snapshots_peak,
+        "recomputed_steps": stats.recomputed,
+        "optimal_recomputed_steps": pad.checkpoint.optimal_recomputations(stats.nsteps, args.snapshots),
+        "peak_state_bytes": stats.peak_bytes,
+        "state_bytes": stats.state_bytes,
+    }
+    return _merge_checks(primal, checks, out)
+
+
+def _plot(path: str, coords: np.ndarray, edge: int) -> None:
+    """|dJ/dx| at the nodes of the z = 0 plane (the first ``(edge + 1)^2`` nodes in global order)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = edge + 1
+    plane = np.linalg.norm(coords[:, : n * n], axis=0).reshape(n, n)
+    fig, ax = plt.subplots(figsize=(5.5, 4.5))
+    image = ax.imshow(plane, origin="lower", extent=(0.0, 1.125, 0.0, 1.125), cmap="viridis")
+    fig.colorbar(image, ax=ax, label="|dJ/dx| (J: Final Origin Energy)")
+    ax.set(xlabel="x", ylabel="y", title=f"LULESH -s {edge}: sensitivity to the initial mesh, z = 0")
+    fig.savefig(path, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def _gradient_lines(r: dict[str, Any]) -> str:
+    """What the gradient modes add before the original's report."""
+    if r["mode"] == "grad":
+        return (
+            f"Gradient per cycle   = {r['time_grad_s']:10.4g} (s), primal {r['time_primal_s']:10.4g} (s): "
+            f"overhead {r['overhead']:.2f}x\n"
+        )
+    lines = [f"   dJ/d{name:<18} = {value: .12e}" for name, value in r["gradient"].items()]
+    return (
+        "Sensitivity of the Final Origin Energy J:\n" + "\n".join(lines) + "\n"
+        f"Gradient of the run  = {r['time_grad_s']:10.4g} (s), primal {r['time_primal_s']:10.4g} (s): "
+        f"overhead {r['overhead']:.2f}x; {r['snapshots']} snapshots, {r['recomputed_steps']} steps "
+        f"recomputed (offline optimum {r['optimal_recomputed_steps']})\n"
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -220,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
         return exc.code & 0xFF
     if result:
         if not args.q:
+            if args.mode != "primal":
+                print(_gradient_lines(result), flush=True)
             print(report(result), flush=True)
         if args.json:
             cli.write_json(args.json, result)

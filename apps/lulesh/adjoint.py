@@ -10,41 +10,103 @@ gradient with respect to the initial node coordinates and the model's parameters
 ``hgcoef``, ...), through the set-up, the variable time step (Courant and hydro constraints, the minimum
 over elements and over ranks, the growth limits, the cut to the stop time) and every cycle. The time loop
 runs under ``pad.checkpoint.while_loop``, so at most ``snapshots`` copies of the state are kept.
+
+Seeds, directions and gathered results are functions of the global node and element numbers, and a node
+that several ranks hold is seeded on its owner only, so a run on P ranks of ``-s n`` computes the same
+numbers as the serial run of ``-s P^(1/3) n``. A gradient with respect to a value that several ranks hold
+(a shared node, the parameters) is the sum of the derivatives with respect to each rank's copy.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import numpy as np
 
 import pad
-from apps.lulesh.hydro import Hydro, State
+import pad.checkpoint
+import pad.mpi
+from apps.lulesh import kernels as K
+from apps.lulesh.hydro import PARAMETERS, STOPTIME, Hydro, State
 
 FIELDS = [f.name for f in dataclasses.fields(State)]
+DIFFERENTIATED = [name for name in FIELDS if name != "clock"]
+"""The per-cycle gradient's arrays: the whole state but the clock (dt is constant within the cycle)."""
+
+NODE_FIELDS = ("xv", "nodal_mass")
+
+FD_STEP = 1.0e-6
+"""Central differences of one cycle: each entry moved by this fraction of its size (see ``check_step``)."""
+
+JITTER = 1.0e-3
+"""The relative move of the coordinates that breaks the Sedov state's symmetry in ``check_step``."""
+
+RUN_FD_STEP = 1.0e-5
+"""Central differences of whole runs: parameters moved by this fraction of their values, coordinates by
+this fraction of the mesh spacing (along a fixed direction of unit size per node)."""
 
 
-def seed_pattern(shape: tuple[int, ...], salt: int) -> np.ndarray:
-    """Deterministic seeds in [0.5, 1.5) of either sign: the same on every run, different per array."""
-    k = np.arange(int(np.prod(shape)), dtype=np.float64).reshape(shape)
-    return np.sin(1.7 * k + salt) * 0.5 + np.sign(np.cos(0.3 * k + salt)) + 0.0
+def pattern(ids: np.ndarray, salt: int) -> np.ndarray:
+    """Deterministic values in +-[0.5, 1.5), a function of global numbers: the same for any rank count."""
+    return np.sin(1.7 * ids + salt) * 0.5 + np.where(np.cos(0.3 * ids + salt) < 0.0, -1.0, 1.0)
 
 
+def numbering(hydro: Hydro, name: str, shape: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, int]:
+    """Global numbers of a state array's entries, whether this rank owns each, and the global row length.
+
+    Rows (``xv``'s six) are numbered one after the other; ``params`` is owned by rank 0.
+    """
+    m = hydro.mesh
+    if name in NODE_FIELDS:
+        ids, owned, total = m.global_nodes(), m.owned_nodes(), (m.tp * m.nx + 1) ** 3
+    elif name == "params":
+        ids, total = np.arange(len(PARAMETERS)), len(PARAMETERS)
+        owned = np.full(total, hydro.rank == 0)
+    else:
+        ids, owned, total = m.global_elements(), np.ones(m.nelem, bool), (m.tp * m.nx) ** 3
+    rows = shape[0] if len(shape) == 2 else 1
+    full = (np.arange(rows)[:, None] * total + ids[None, :]).reshape(shape)
+    return full, np.broadcast_to(owned, shape), total
+
+
+def gather(hydro: Hydro, name: str, local: np.ndarray) -> np.ndarray | None:
+    """``local`` (a host array shaped like state field ``name``) in global order on rank 0, the copies of
+    shared entries summed; ``None`` on the other ranks."""
+    ids, _, total = numbering(hydro, name, local.shape)
+    parts = hydro.comm.mpi.gather((ids.ravel(), local.ravel()), root=0)
+    if parts is None:
+        return None
+    rows = local.shape[0] if local.ndim == 2 else 1
+    out = np.zeros(rows * total)
+    for where, values in parts:
+        np.add.at(out, where, values)
+    return out.reshape((rows, total) if local.ndim == 2 else (total,))
+
+
+def allsum(hydro: Hydro, value: float) -> float:
+    return float(hydro.comm.mpi.allreduce(value)) if hydro.comm.size > 1 else float(value)
+
+
+# ------------------------------------------------------------------------------------------ per cycle
 class StepGradient:
-    """One cycle's gradient: ``pad.autodiff`` of the leap-frog step with respect to the whole state."""
+    """One cycle's gradient: ``pad.autodiff`` of the leap-frog step with respect to the whole state.
+
+    Called in place of ``Hydro.leapfrog``: it advances the state by one step, and leaves in ``shadows``
+    the gradient of ``J = sum over ranks <seeds, state after>`` with respect to the state before.
+    """
 
     def __init__(self, hydro: Hydro) -> None:
         self.hydro = hydro
-        self.seeds = {}
-        self.shadows = {}
         probe = hydro.initial_state()
-        for salt, name in enumerate(FIELDS):
-            if name == "clock":
-                continue
-            value = getattr(probe, name)
-            self.seeds[name] = hydro.memory.put(seed_pattern(value.shape, salt))
-            self.shadows[name] = hydro.memory.put(np.zeros(value.shape))
+        self.seeds: dict[str, Any] = {}
+        self.shadows: dict[str, Any] = {}
+        for salt, name in enumerate(DIFFERENTIATED):
+            shape = getattr(probe, name).shape
+            ids, owned, _ = numbering(hydro, name, shape)
+            self.seeds[name] = hydro.memory.put(pattern(ids, salt) * owned)
+            self.shadows[name] = hydro.memory.put(np.zeros(shape))
 
     def arguments(self, s: State) -> list[Any]:
         """``s``'s arrays annotated for ``autodiff``: ``Dup`` with the seeds copied in, the clock ``Const``."""
@@ -59,10 +121,237 @@ class StepGradient:
         return out
 
     def __call__(self, s: State) -> dict[str, Any]:
-        """Advance ``s`` by one leap-frog step and return the gradient of <seeds, state after> with respect
-        to the state before (the shadows, by field name)."""
-        pad.autodiff(self.step, *self.arguments(s))
+        pad.autodiff(self.step, *self.arguments(s), *constants(self.hydro))
         return self.shadows
 
     def step(self, *arrays: Any) -> None:
-        self.hydro.leapfrog(State(*arrays))
+        self.hydro.leapfrog(State(*arrays[: len(FIELDS)]))
+
+    def objective(self, s: State) -> float:
+        """``J`` of the state as it is now."""
+        get = self.hydro.memory.get
+        local = sum(float(np.vdot(get(self.seeds[n]), get(getattr(s, n)))) for n in DIFFERENTIATED)
+        return allsum(self.hydro, local)
+
+
+def constants(hydro: Hydro) -> list[Any]:
+    """The floating-point arrays of ``hydro`` that no cycle changes, marked so that pad gives them no
+    shadow (the kernels' adjoints would otherwise accumulate into one for nothing)."""
+    return [pad.Const(hydro.gamma)]
+
+
+def host_copy(hydro: Hydro, s: State) -> dict[str, np.ndarray]:
+    return {name: hydro.memory.get(getattr(s, name)).copy() for name in FIELDS}
+
+
+def restore(hydro: Hydro, s: State, saved: dict[str, np.ndarray]) -> None:
+    for name in FIELDS:
+        getattr(s, name)[...] = hydro.memory.put(saved[name])
+
+
+def check_step(hydro: Hydro, s: State) -> dict[str, Any]:
+    """Check one cycle's gradient at the state ``s`` (after its time increment; left as found).
+
+    - Central differences of ``J`` at a few entries of every array near the origin (where the blast is),
+      each moved by ``FD_STEP`` of its size (of its array's largest entry if it is zero).
+    - Dot-product test: ``<seeds, J t>`` from ``pad.fwddiff`` against ``<J^T seeds, t>`` from
+      ``pad.autodiff``, and central differences along ``t``, a direction relative to each entry's size.
+      The Sedov problem is symmetric: mirror-image elements hold equal values, which meet in the step's
+      min, max and comparisons, where the derivative depends on the direction; one that breaks the
+      symmetry sees a one-sided derivative and the differences disagree (by 5e-4 at ``-s 4``). This part
+      therefore runs from ``s`` with its coordinates moved by a relative ``JITTER`` (symmetry planes kept).
+    Returns the relative errors and whether they are below the tolerances (agreed over ranks).
+    """
+    mem, rank = hydro.memory, hydro.rank
+    grad = StepGradient(hydro)
+    start = host_copy(hydro, s)
+    seeds = {n: mem.get(grad.seeds[n]) for n in DIFFERENTIATED}
+
+    def gradient_at(state: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        restore(hydro, s, state)
+        return {n: mem.get(v).copy() for n, v in grad(s).items()}
+
+    def difference(origin: dict[str, np.ndarray], moves: dict[str, np.ndarray]) -> float:
+        """``J(origin + moves) - J(origin - moves)``, summed entry by entry so that untouched entries
+        cancel exactly."""
+        after = []
+        for sign in (1.0, -1.0):
+            restore(hydro, s, {n: origin[n] + sign * moves[n] if n in moves else origin[n] for n in FIELDS})
+            hydro.leapfrog(s)
+            after.append(host_copy(hydro, s))
+        local = sum(float(np.vdot(seeds[n], after[0][n] - after[1][n])) for n in DIFFERENTIATED)
+        return allsum(hydro, local)
+
+    gradient = gradient_at(start)
+    entries = []
+    for name, index in _probe_entries(hydro):
+        x = start[name]
+        h = FD_STEP * (abs(x[index]) or float(np.abs(x).max(initial=0.0)) or 1.0)
+        move = np.zeros_like(x)
+        if rank == 0:
+            move[index] = h
+        fd = difference(start, {name: move}) / (2.0 * h)
+        exact = float(gradient[name][index]) if rank == 0 else 0.0
+        entries.append((f"{name}[{', '.join(map(str, index))}]", allsum(hydro, exact), fd))
+
+    # Each entry moves in proportion to its size: entries at rest (zero velocity, energy, q) stay there, as
+    # the program's kinks at rest (q switched off when not compressing, cut-offs at zero) would make a
+    # direction that moves them see a one-sided derivative.
+    jittered = dict(start)
+    jittered["xv"] = start["xv"].copy()
+    jittered["xv"][:3] *= 1.0 + JITTER * pattern(numbering(hydro, "xv", (3, hydro.mesh.nnode))[0], 11)
+    rng = np.random.default_rng(17 + rank)
+    direction = {n: rng.uniform(-1.0, 1.0, x.shape) * np.abs(x) for n, x in jittered.items() if n in seeds}
+    gradient = gradient_at(jittered)
+    restore(hydro, s, jittered)
+    tangents = {n: mem.put(direction[n].copy()) for n in DIFFERENTIATED}  # fwddiff overwrites them
+    pad.fwddiff(
+        grad.step,
+        *(pad.Dup(getattr(s, n), tangents[n]) if n in tangents else pad.Const(s.clock) for n in FIELDS),
+        *constants(hydro),
+    )
+    forward = allsum(hydro, sum(float(np.vdot(seeds[n], mem.get(tangents[n]))) for n in DIFFERENTIATED))
+    reverse = allsum(hydro, sum(float(np.vdot(gradient[n], direction[n])) for n in DIFFERENTIATED))
+    along = difference(jittered, {n: FD_STEP * d for n, d in direction.items()}) / (2.0 * FD_STEP)
+    restore(hydro, s, start)
+
+    largest = max(abs(e) for _, e, _ in entries)
+    worst_entry = max(abs(e - fd) / max(abs(e), 1e-6 * largest) for _, e, fd in entries)
+    dot, along_error = rel(forward, reverse), rel(along, forward)
+    return {
+        "entries": [{"entry": n, "gradient": e, "fd": fd} for n, e, fd in entries],
+        "entries_rel_error": worst_entry,
+        "dot_product": {"forward": forward, "reverse": reverse, "rel_error": dot},
+        "direction": {"fd": along, "forward": forward, "rel_error": along_error},
+        "fd_step": FD_STEP,
+        "jitter": JITTER,
+        "passed": bool(dot < 1e-10 and along_error < 1e-5 and worst_entry < 1e-4),
+    }
+
+
+def rel(a: float, b: float) -> float:
+    """|a - b| relative to the larger of the two."""
+    return abs(a - b) / max(abs(a), abs(b), 1e-300)
+
+
+def _probe_entries(hydro: Hydro) -> list[tuple[str, tuple[int, ...]]]:
+    """Entries of rank 0's arrays at the origin's element and the node opposite the origin on it."""
+    nn = hydro.mesh.nx + 1
+    far = min(nn * nn + nn + 1, nn**3 - 1)
+    out: list[tuple[str, tuple[int, ...]]] = [("xv", (c, far)) for c in range(6)]
+    out += [("xv", (0, 1)), ("nodal_mass", (far,))]
+    out += [(n, (0,)) for n in ("e", "p", "q", "v", "ss", "volo", "elem_mass")]
+    out += [("params", (k,)) for k in (K.HGCOEF, K.QQC, K.QLC_MONOQ, K.QQC_MONOQ, K.SS4O3)]
+    return out
+
+
+# ------------------------------------------------------------------------------------------ whole run
+@dataclasses.dataclass
+class Sensitivity:
+    """The gradient of the Final Origin Energy of a whole run (see ``sensitivity``)."""
+
+    energy: float  # J
+    cycles: int
+    parameters: dict[str, float]  # dJ/d(each of PARAMETERS), summed over ranks
+    coords: np.ndarray  # dJ/d(initial x, y, z) of this rank's nodes, (3, nnode)
+    stats: pad.checkpoint.Stats
+    seconds: float
+
+
+def final_energy(hydro: Hydro, cycles: int, parameters: dict[str, float], coords: Any = None) -> float:
+    """J of a primal run from the given parameters and initial coordinates (on every rank)."""
+    s = hydro.initial_state(parameters, coords)
+    hydro.setup(s)
+    hydro.advance(s, cycles)
+    return origin_energy(hydro, s)
+
+
+def origin_energy(hydro: Hydro, s: State) -> float:
+    local = float(hydro.memory.get(s.e)[0]) if hydro.rank == 0 else 0.0
+    return allsum(hydro, local)
+
+
+def sensitivity(
+    hydro: Hydro, cycles: int, parameters: dict[str, float], snapshots: int | None, coords: Any = None
+) -> Sensitivity:
+    """Run LULESH for at most ``cycles`` cycles and differentiate J = rank 0's final ``e[0]``.
+
+    The set-up and the time loop run inside ``pad.autodiff``; the loop under ``pad.checkpoint.while_loop``
+    with ``snapshots`` snapshots (``None``: keep every step's record).
+    """
+    mem = hydro.memory
+    s = hydro.initial_state(parameters, coords)
+    dxv, dparams, de = (mem.put(np.zeros(a.shape)) for a in (s.xv, s.params, s.e))
+    if hydro.rank == 0:
+        de[0:1] = mem.put(np.ones(1))
+    stats = pad.checkpoint.Stats()
+    taken = [0]
+
+    def more(st: State) -> bool:
+        go = float(st.clock[K.TIME]) < STOPTIME and taken[0] < cycles
+        taken[0] += go
+        return go
+
+    def run(*_: Any) -> None:
+        hydro.setup(s)
+        pad.checkpoint.while_loop(more, hydro.cycle, s, snapshots=snapshots, stats=stats)
+
+    hydro.comm.Barrier()
+    begin = time.perf_counter()
+    pad.autodiff(run, pad.Dup(s.xv, dxv), pad.Dup(s.params, dparams), pad.Dup(s.e, de), *constants(hydro))
+    mem.sync()
+    seconds = time.perf_counter() - begin
+    totals = hydro.comm.mpi.allreduce(mem.get(dparams)) if hydro.comm.size > 1 else mem.get(dparams)
+    return Sensitivity(
+        energy=origin_energy(hydro, s),
+        cycles=taken[0],
+        parameters={name: float(totals[k]) for k, name in enumerate(PARAMETERS)},
+        coords=mem.get(dxv)[:3].copy(),
+        stats=stats,
+        seconds=seconds,
+    )
+
+
+def coordinate_direction(hydro: Hydro) -> np.ndarray:
+    """A fixed direction for moving the initial coordinates, of unit size per node and as symmetric as the
+    Sedov problem: swapping two axes maps it to itself.
+
+    Mirror-image elements of the Sedov mesh hold equal values, and where the program picks one of equal
+    values (the time step's minimum over elements, say), ``J`` has a kink: along a direction that breaks
+    the symmetry, central differences average two one-sided derivatives while the gradient is one of
+    them. Along a symmetric direction both sides agree. A function of global node numbers, so every rank
+    moves its copy of a shared node alike.
+    """
+    g = hydro.mesh.tp * hydro.mesh.nx + 1
+    ids = hydro.mesh.global_nodes()
+    i, j, k = ids % g, ids // g % g, ids // (g * g)
+    # component c is a function of the node's c-th index and a symmetric one of the other two
+    return np.stack(
+        [pattern(7 * a + 3 * (b + c) + b * c, 5) for a, b, c in ((i, j, k), (j, k, i), (k, i, j))]
+    )
+
+
+def check_sensitivity(hydro: Hydro, result: Sensitivity, parameters: dict[str, float]) -> dict[str, Any]:
+    """Central differences of whole primal runs: every parameter, and one direction of the coordinates.
+
+    Parameters move by ``RUN_FD_STEP`` of their values; the coordinates by ``RUN_FD_STEP`` of the mesh
+    spacing along ``coordinate_direction``. Passes when every relative error is below 1e-5.
+    """
+    cycles = result.cycles
+    rows = []
+    for name in PARAMETERS:
+        h = RUN_FD_STEP * abs(parameters[name])
+        plus = final_energy(hydro, cycles, parameters | {name: parameters[name] + h})
+        minus = final_energy(hydro, cycles, parameters | {name: parameters[name] - h})
+        rows.append((name, result.parameters[name], (plus - minus) / (2.0 * h), h))
+    m = hydro.mesh
+    h = RUN_FD_STEP * 1.125 / (m.tp * m.nx)
+    d = coordinate_direction(hydro)
+    plus = final_energy(hydro, cycles, parameters, m.coords + h * d)
+    minus = final_energy(hydro, cycles, parameters, m.coords - h * d)
+    exact = allsum(hydro, float(np.vdot(result.coords, d)))
+    rows.append(("coords . direction", exact, (plus - minus) / (2.0 * h), h))
+    checks = [
+        {"what": n, "gradient": g, "fd": fd, "step": h, "rel_error": rel(g, fd)} for n, g, fd, h in rows
+    ]
+    return {"entries": checks, "passed": all(rel(g, fd) < 1e-5 for _, g, fd, _ in rows)}

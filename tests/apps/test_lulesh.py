@@ -171,8 +171,6 @@ def test_cli_abort_exits_with_the_original_code(monkeypatch, capsys):
         (["-v"], "-v: visualization output is not supported"),
         (["-f", "2"], "-f: visualization output is not supported"),
         (["--json", "/nonexistent/dir/out.json"], "--json: directory /nonexistent/dir does not exist"),
-        (["--mode", "grad"], "--mode grad: not built yet"),
-        (["--mode", "gard"], "--mode gard: unknown mode"),
     ],
 )
 def test_bad_input_is_one_line_and_status_2(capsys, argv, message):
