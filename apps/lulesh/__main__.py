@@ -370,7 +370,10 @@ def _gradient_lines(r: dict[str, Any]) -> str:
             f"Gradient per cycle   = {r['time_grad_s']:10.4g} (s), primal {r['time_primal_s']:10.4g} (s): "
             f"overhead {r['overhead']:.2f}x\n"
         )
-    lines = [f"   dJ/d{name:<18} = {value: .12e}" for name, value in r["gradient"].items()]
+    lines = [
+        f"   {'|dJ/d(coordinates)|' if name == 'coords_norm' else 'dJ/d' + name:<22} = {value: .12e}"
+        for name, value in r["gradient"].items()
+    ]
     return (
         "Sensitivity of the Final Origin Energy J:\n" + "\n".join(lines) + "\n"
         f"Gradient of the run  = {r['time_grad_s']:10.4g} (s), primal {r['time_primal_s']:10.4g} (s): "
