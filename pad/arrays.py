@@ -140,6 +140,14 @@ def assign(dst: Any, values: Any) -> None:
         dst.copy_to_device(values if library(values) == "numba" else np.ascontiguousarray(values, dst.dtype))
 
 
+def add(dst: Any, values: Any) -> None:
+    """``dst += values`` for any library (numba device arrays, which have no arithmetic, via the host)."""
+    if isinstance(dst, np.ndarray) or is_cupy(dst):
+        dst[...] += values if library(values) == library(dst) else like(dst, to_host(values))
+    else:
+        assign(dst, to_host(dst) + to_host(values))
+
+
 def root(a: Any) -> Any:
     """The array that owns ``a``'s memory (``a`` itself if it is not a view of a NumPy or CuPy array)."""
     if isinstance(a, np.ndarray):

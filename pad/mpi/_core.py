@@ -362,15 +362,16 @@ def note(
     _wire.note(comm._rank, phase, call, where, tag, nbytes, op, adj)
 
 
-# ---------------------------------------------------------------------------------------------- CuPy staging
+# ---------------------------------------------------------------------------------------------- device staging
 def _on_device(args: tuple, kwargs: dict) -> bool:
-    return any(hasattr(a, "__cuda_array_interface__") for a in (*args, *kwargs.values()))
+    return any(arrays.is_device(a) for a in (*args, *kwargs.values()))
 
 
 def _staged(
     comm: Comm, ctx: tape.Context | None, name: str, impl: Callable[..., Any], args: tuple, kwargs: dict
 ) -> Any:
-    """Run an op whose buffers may be CuPy arrays: copy them to host, run, copy back (differentiably)."""
+    """Run an op whose buffers may be device arrays (CuPy or numba's): copy them to host, run, copy back
+    (differentiably)."""
     if ctx is not None:
         state(ctx)  # marks the context as one that communicates
     if not _on_device(args, kwargs):
@@ -378,9 +379,9 @@ def _staged(
     copies: list[tuple[Any, np.ndarray]] = []
 
     def host(a: Any) -> Any:
-        if not hasattr(a, "__cuda_array_interface__"):
+        if not arrays.is_device(a):
             return a
-        h = a.get()
+        h = arrays.to_host(a)
         copies.append((a, h))
         if ctx is not None and h.dtype.kind == "f":
             _link_copy(ctx, src=a, dst=h)
@@ -390,7 +391,7 @@ def _staged(
         for d, h in copies:
             if ctx is not None:
                 ctx.will_write([d])
-            d.set(h)
+            arrays.assign(d, h)
             if ctx is not None and h.dtype.kind == "f":
                 _link_copy(ctx, src=h, dst=d)
 
@@ -413,16 +414,13 @@ def _link_copy(ctx: tape.Context, src: Any, dst: Any) -> None:
     if dsrc is None or ddst is None:
         return
 
-    def convert(a: Any, like: Any) -> Any:
-        return arrays.to_host(a) if isinstance(like, np.ndarray) else arrays.like(like, a)
-
     if not ctx.reverse_mode:
-        ddst[...] = convert(dsrc, ddst)
+        arrays.assign(ddst, dsrc)
         return
 
     def reverse() -> None:
-        dsrc[...] += convert(ddst, dsrc)
-        ddst[...] = 0
+        arrays.add(dsrc, ddst)
+        arrays.assign(ddst, np.zeros(ddst.shape, ddst.dtype))
 
     ctx.record(Adjoint(reverse))
 
