@@ -107,17 +107,21 @@ class StepGradient:
             ids, owned, _ = numbering(hydro, name, shape)
             self.seeds[name] = hydro.memory.put(pattern(ids, salt) * owned)
             self.shadows[name] = hydro.memory.put(np.zeros(shape))
+        self.seeds["clock"] = hydro.memory.put(np.zeros(probe.clock.shape))
+        self.clock_shadow = hydro.memory.put(np.zeros(probe.clock.shape))
 
     def arguments(self, s: State) -> list[Any]:
-        """``s``'s arrays annotated for ``autodiff``: ``Dup`` with the seeds copied in, the clock ``Const``."""
+        """``s``'s arrays annotated for ``autodiff``: ``Dup`` with the seeds copied in.
+
+        The clock too, unseeded and its adjoint discarded: the gradient is the one with dt held constant
+        (what the step reads from the clock only adds into the clock's adjoint), and every kernel's adjoint
+        is then the variant ``sensitivity`` runs too (each pattern of active arrays compiles anew).
+        """
         out: list[Any] = []
         for name in FIELDS:
-            value = getattr(s, name)
-            if name == "clock":
-                out.append(pad.Const(value))
-            else:
-                self.shadows[name][...] = self.seeds[name]
-                out.append(pad.Dup(value, self.shadows[name]))
+            shadow = self.clock_shadow if name == "clock" else self.shadows[name]
+            shadow[...] = self.seeds[name]
+            out.append(pad.Dup(getattr(s, name), shadow))
         return out
 
     def __call__(self, s: State) -> dict[str, Any]:
