@@ -177,8 +177,8 @@ def build(
         fuses=bool(rev and rev.moved) and not (stored_names & loaded_names) and not reduced,
         halo=halo,
     )
+    launcher.stack = rev.static_depth() if rev is not None else None
     if target == "cpu":
-        launcher.stack = rev.static_depth() if rev is not None else None
         variant.source = MODULE_HEADER.format(origin=origin) + launcher_source(
             launcher, launch_index, body, types, low.kinds, init, fastmath
         )
@@ -199,9 +199,9 @@ def build(
         )
         variant.source = CUDA_MODULE_HEADER.format(origin=origin) + source
         pushes = [s for s in walk(body) if isinstance(s, Push)]
-        if rev is not None and pushes and _pushes_in_loops(body):
+        variant.tape_slots = len(pushes) if launcher.stack is None else launcher.stack
+        if rev is not None and pushes and launcher.stack is None and _pushes_in_loops(body):
             variant.depth_launcher = _depth_kernel(rev, fn.__name__, launcher, launch_index, origin, fastmath)
-        variant.tape_slots = len(pushes)
     variant.launcher = _load(name, variant.source)
     return variant
 

@@ -421,13 +421,10 @@ class CudaPrinter(Printer):
         return [f"{v} = _before{v} + group_sum({v}, _G)" for v in sorted(self.split.get(id(s), ()))]
 
     def push(self, s: Push) -> list[str]:
-        return [
-            "if _nt < _tape.shape[0]:",
-            f"    _tape[_nt, _tid] = {self.expr(s.value, 'f8')}",
-            "else:",
-            "    _overflow[0] = 1",
-            "_nt += 1",
-        ]
+        store = f"_tape[_nt, _tid] = {self.expr(s.value, 'f8')}"
+        if self.sized_stacks:  # no branch per push: numba's analyses of a branchy kernel take minutes
+            return [store, "_nt += 1"]
+        return ["if _nt < _tape.shape[0]:", f"    {store}", "else:", "    _overflow[0] = 1", "_nt += 1"]
 
     def pop(self, s: Pop) -> list[str]:
         return [
@@ -466,6 +463,7 @@ def cuda_kernel_source(
     offsets = launch_offsets(body, launch_index)
     tiles = _tiled(body, atomic, offsets, kinds)
     p = CudaPrinter(types, kinds, varying=varying, ranks=ranks, atomic=atomic, tiles=tiles, offsets=offsets)
+    p.sized_stacks = launcher.stack is not None
     p.renamable = _renamable(body, launch_index)
     uses_tape = any(isinstance(s, (Push, Pop)) for s in walk(body))
     # Not with a tape (the group's lanes would reuse one column's slots out of step) or shared-memory tiles
