@@ -38,6 +38,17 @@ def address(a: Any) -> int:
     return int(iface["data"][0])
 
 
+def may_share_memory(a: Any, b: Any) -> bool:
+    """Whether two arrays may overlap (a conservative bounds test). A host and a device array never do: a
+    staged copy of a device array (``pad.mpi``) is distinct memory even when the tape keeps both."""
+    if is_device(a) != is_device(b):
+        return False
+    if isinstance(a, np.ndarray):
+        return bool(np.may_share_memory(a, b))
+    a0, b0 = address(a), address(b)
+    return a0 < b0 + b.nbytes and b0 < a0 + a.nbytes
+
+
 def device_id(a: Any) -> int | None:
     """The CUDA device an array lives on (``None`` on the host)."""
     if isinstance(a, np.ndarray):

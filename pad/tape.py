@@ -153,7 +153,7 @@ class Context:
         """Whether array ``x`` shares memory with the shadow of a registered array."""
         with self._lock:
             regions = list(self._regions.values())
-        return hasattr(x, "nbytes") and any(_overlaps(x, dbase) for _, dbase in regions)
+        return hasattr(x, "nbytes") and any(arrays.may_share_memory(x, dbase) for _, dbase in regions)
 
     def _lookup_shadow(self, x: Any) -> Any | None:
         hit = self._shadow_by_id.get(id(x))
@@ -186,7 +186,7 @@ class Context:
             return False
         for ref, _ in list(self._regions.values()):
             other = ref()
-            if other is not None and _overlaps(base, other):
+            if other is not None and arrays.may_share_memory(base, other):
                 return False
         self._remember(base, arrays.zeros_like(base), region=True)
         return True
@@ -258,11 +258,7 @@ class Context:
                 return
             for a in targets:
                 for k, kept in list(self._live.items()):
-                    if (
-                        np.may_share_memory(kept.array, a)
-                        if isinstance(a, np.ndarray)
-                        else _overlaps(kept.array, a)
-                    ):
+                    if arrays.may_share_memory(kept.array, a):
                         kept.array = arrays.copy(kept.array)
                         kept.copied = True
                         del self._live[k]
@@ -300,12 +296,6 @@ class Context:
     def add_active_adjoint(self, slot: int, value: float) -> None:
         with self._lock:
             self.active_adjoints[slot] += value
-
-
-def _overlaps(a: Any, b: Any) -> bool:
-    """Conservative memory-overlap test for arrays that NumPy cannot inspect (device arrays)."""
-    a0, b0 = arrays.address(a), arrays.address(b)
-    return a0 < b0 + b.nbytes and b0 < a0 + a.nbytes
 
 
 _context: ContextVar[Context | None] = ContextVar("pad_context", default=None)

@@ -109,6 +109,15 @@ def test_shadow_in_the_wrong_memory_is_refused():
         pad.autodiff(lambda a, b: None, pad.Dup(device(np.zeros(4)), np.zeros(4)), device(np.zeros(4)))
 
 
+def test_a_host_and_a_device_array_never_share_memory():
+    """The tape asks before each write whether a kept value aliases the target; a kept device array and a host
+    target (pad.mpi stages device buffers through the host) must answer no, not fail inside CuPy."""
+    host, dev = np.zeros(8), device(np.zeros(8))
+    assert not arrays.may_share_memory(dev, host) and not arrays.may_share_memory(host, dev)
+    assert arrays.may_share_memory(dev, dev[2:5]) and not arrays.may_share_memory(dev[:4], dev[4:])
+    assert arrays.may_share_memory(host, host[3:]) and not arrays.may_share_memory(host, np.zeros(8))
+
+
 def test_empty_launch_does_nothing():
     y = device(np.full(4, 7.0))
     pad.launch(smooth, 0, device(np.zeros(4)), y)
