@@ -283,3 +283,14 @@ def exprs_of(s: Stmt) -> list[Expr]:
     if isinstance(s, Return):
         return list(s.values)
     return []
+
+
+class Namer:
+    """Fresh names for temporaries, flags and inlined helpers' variables."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def fresh(self, stem: str = "t") -> str:
+        self.count += 1
+        return f"_{stem}{self.count}"

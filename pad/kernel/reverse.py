@@ -30,7 +30,7 @@ from pad.kernel.analysis import (
     running_extreme,
 )
 from pad.kernel.emit import UNORDERED
-from pad.kernel.frontend import ArrayKind, Kind, Namer, scalar_type
+from pad.kernel.frontend import ArrayKind, Kind, scalar_type
 from pad.kernel.ir import (
     Assign,
     Call,
@@ -42,6 +42,7 @@ from pad.kernel.ir import (
     Lit,
     LocalArray,
     Name,
+    Namer,
     Pop,
     Push,
     Stmt,
