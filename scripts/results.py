@@ -32,6 +32,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDS = ROOT / "docs" / "results"
+STUDIES = ROOT / "results" / "studies"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 REGION = re.compile(r"(<!-- results:(?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /results:(?P=name) -->)", re.S)
 
@@ -108,7 +109,8 @@ def _caption(*recs: Record) -> list[str]:
 
 
 def _ms(seconds: float) -> str:
-    return f"{seconds * 1e3:.3g} ms"
+    ms = seconds * 1e3
+    return f"{ms:.0f} ms" if ms >= 100 else f"{ms:.3g} ms"
 
 
 def _us(seconds: float) -> str:
@@ -271,6 +273,54 @@ def tasks() -> list[str]:
     ]
 
 
+def studies() -> list[str]:
+    """One table per scaling study (``results/studies/*.jsonl`` of ``scripts.scale``): per worker count the
+    primal's and the gradient's time per iteration, their ratio (within the gradient run) and how each
+    scales (strong scaling: the speed-up over the fewest workers; weak scaling: the efficiency)."""
+    out = []
+    for path in sorted(STUDIES.glob("*.jsonl")):
+        lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        ok = [line for line in lines if line["ok"]]
+        primal = {p["workers"]: p["result"]["time_primal_s"] for p in ok if p["mode"] == "primal"}
+        grad = {p["workers"]: p["result"] for p in ok if p["mode"] == "grad"}
+        first = min(primal.keys() & grad.keys(), default=None)
+        if first is None:
+            continue
+        weak = lines[0]["scaling"] == "weak"
+        kind = lines[0]["kind"]
+        rows = []
+        for w in sorted(primal.keys() & grad.keys()):
+            tp, tg = primal[w], grad[w]["time_grad_s"]
+            # strong scaling's speed-up and weak scaling's efficiency are both T(fewest workers) / T(these)
+            scale_p, scale_g = primal[first] / tp, grad[first]["time_grad_s"] / tg
+            rows.append(
+                [str(w), _ms(tp), _ms(tg), f"{grad[w]['overhead']:.2f}x", f"{scale_p:.2f}", f"{scale_g:.2f}"]
+            )
+        how = "efficiency" if weak else "speed-up"
+        header = [
+            kind,
+            "primal / iteration",
+            "gradient / iteration",
+            "gradient / primal",
+            f"primal {how}",
+            f"gradient {how}",
+        ]
+        failed = [f"{p['mode']} on {p['workers']} {kind}: {p['error']}" for p in lines if not p["ok"]]
+        m = lines[0]["machine"]
+        where = f"{m['cpu']}, {m['cores']} cores" + (f", {', '.join(m['gpus'])}" if m["gpus"] else "")
+        commit = (m.get("pad_commit") or "?")[:7]
+        out += [
+            f"**{path.stem}** (`bash scripts/studies.sh OUT {path.stem}`):",
+            "",
+            *_table(header, rows),
+            "",
+            f"From `{path.relative_to(ROOT)}`: {where}, {m['date'][:16].replace('T', ' ')} UTC, commit {commit}."
+            + (f" Failed points: {'; '.join(failed)}." if failed else ""),
+            "",
+        ]
+    return out[:-1]
+
+
 def headline() -> list[str]:
     rows: list[tuple[str, str, Record]] = []
     k = _one("kernels.json")
@@ -308,6 +358,7 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "checkpoint": checkpoint,
     "lulesh": lulesh,
     "tasks": tasks,
+    "studies": studies,
 }
 
 
