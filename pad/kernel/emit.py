@@ -7,6 +7,7 @@ the stacks of the reverse sweep, views of private accumulation buffers, and accu
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -79,18 +80,16 @@ class Printer:
     kinds: dict[str, Kind]
     lines: list[str] = field(default_factory=list)
     sized_stacks: bool = False  # the stacks hold the deepest an iteration goes: push without checking
-    # Scalars assigned again at the top level of the body get a fresh name each time (``x__2``): numba
-    # rebuilds SSA form for every variable with several definitions by walking the whole function, which
-    # for an adjoint of thousands of such variables took most of its compile time. ``renamable``: the
-    # scalars no nested block assigns (renaming those would need merges at the block's end).
+    # Scalars assigned again get a fresh name each time (``x__2``) where no merge is needed (``_renamable``):
+    # numba rebuilds SSA form for every variable with several definitions by walking the whole function, which
+    # for an adjoint of thousands of such variables took most of its compile time.
     renamable: set[str] = field(default_factory=set)
     versions: dict[str, str] = field(default_factory=dict)
     defined: set[str] = field(default_factory=set)
-    nesting: int = 0
 
     def define(self, name: str) -> str:
         """The name to print for a new definition of scalar ``name``."""
-        if self.nesting or name not in self.renamable:
+        if name not in self.renamable:
             return name
         if name not in self.defined:
             self.defined.add(name)
@@ -140,24 +139,24 @@ class Printer:
                 self.lines += [pad + line for line in self.store(s)]
             elif isinstance(s, If):
                 self.lines.append(f"{pad}if {self.expr(s.cond, 'b')}:")
-                self.nested(s.body or [], indent + 1)
+                self.emit(s.body or [], indent + 1)
                 if not s.body:
                     self.lines.append(f"{pad}    pass")
                 if s.orelse:
                     self.lines.append(f"{pad}else:")
-                    self.nested(s.orelse, indent + 1)
+                    self.emit(s.orelse, indent + 1)
             elif isinstance(s, For):
                 self.lines += [pad + line for line in self.loop_header(s)]
-                self.nested(s.body, indent + 1)
+                self.emit(s.body, indent + 1)
                 if not s.body:
                     self.lines.append(f"{pad}    pass")
                 self.lines += [pad + line for line in self.loop_footer(s)]
             elif isinstance(s, While):
                 self.lines.append(f"{pad}while True:")
-                self.nested(s.test, indent + 1)
+                self.emit(s.test, indent + 1)
                 self.lines.append(f"{pad}    if not {self.expr(s.cond, 'b')}:")
                 self.lines.append(f"{pad}        break")
-                self.nested(s.body, indent + 1)
+                self.emit(s.body, indent + 1)
             elif isinstance(s, Push):
                 self.lines += [pad + line for line in self.push(s)]
             elif isinstance(s, Pop):
@@ -168,11 +167,6 @@ class Printer:
                 continue  # allocated once per chunk
             else:
                 raise AssertionError(f"cannot print {s}")
-
-    def nested(self, stmts: list[Stmt], indent: int) -> None:
-        self.nesting += 1
-        self.emit(stmts, indent)
-        self.nesting -= 1
 
     # Statements whose code depends on the target (CPU threads here; CUDA in ``CudaPrinter``).
     def loop_header(self, s: For) -> list[str]:
@@ -226,11 +220,58 @@ class Launcher:
     stack: int | None = None
 
 
+def _names(stmts: list[Stmt]) -> Counter[str]:
+    """How often each scalar occurs (read or written) in ``stmts``, nested statements included."""
+    count: Counter[str] = Counter()
+    for s in walk(stmts):
+        for e in exprs_of(s):
+            count.update(names_in(e))
+        if isinstance(s, (Assign, Pop)):
+            count[s.target] += 1
+        elif isinstance(s, For):
+            count[s.var] += 1
+    return count
+
+
+def _blocks(s: Stmt) -> list[list[Stmt]]:
+    if isinstance(s, If):
+        return [s.body, s.orelse]
+    if isinstance(s, For):
+        return [s.body]
+    if isinstance(s, While):
+        return [s.test, s.body]
+    return []
+
+
 def _renamable(body: list[Stmt], launch_index: str) -> set[str]:
-    """The scalars that ``Printer`` may give a fresh name at each top-level definition: those that no
-    nested block assigns."""
-    nested = {n for s in body if isinstance(s, (If, For, While)) for n in assigned([s])}
-    return {n for s in body for n in assigned([s])} - nested - {launch_index}
+    """The scalars that ``Printer`` may give a fresh name at each definition, since each is assigned only at the
+    top level of one statement list: in the launch body, those no nested block assigns; in a nested list (a
+    branch, a loop body), those that occur nowhere else and whose first occurrence there is a definition, so
+    no value flows into the list (from before it or an earlier iteration) or out of it."""
+    total = _names(body)
+    out = {n for s in body for n in assigned([s]) if not _blocks(s)} - assigned(
+        [s for s in body if _blocks(s)]
+    )
+
+    def local(block: list[Stmt]) -> None:
+        inside = _names(block)
+        nested = assigned([s for s in block if _blocks(s)])
+        decided: set[str] = set()
+        for s in block:
+            here = set(_names([s]))
+            if isinstance(s, (Assign, Pop)):
+                reads = set(names_in(s.value)) if isinstance(s, Assign) else set()
+                name = s.target
+                if name not in decided | reads | nested and inside[name] == total[name]:
+                    out.add(name)
+            decided |= here
+            for sub in _blocks(s):
+                local(sub)
+
+    for s in body:
+        for sub in _blocks(s):
+            local(sub)
+    return out - {launch_index}
 
 
 def launcher_source(
@@ -279,15 +320,17 @@ def launcher_source(
         p.lines.append(f"            _acc{acc} += {p.current(acc)}")
     for slot, acc in enumerate(launcher.accumulators):
         p.lines.append(f"        _act[_c, {slot}] = _acc{acc}")
+    # The chunk index is cast: numba types a prange index int64 in the launcher but uint64 in the gufunc it
+    # lowers the loop to, and the chunk (the kernel's whole body) would be compiled once for each.
     p.lines += ["", "", f"@njit(parallel=True, {options})", f"def {launcher.name}({args}):"]
     if launcher.waves:  # chunks _wave, _wave + _nwaves, ... at a time
         p.lines += [
             "    for _wave in range(_nwaves):",
             "        for _k in prange((_nchunks - _wave + _nwaves - 1) // _nwaves):",
-            f"            {chunk}(_k * _nwaves + _wave, {args})",
+            f"            {chunk}(np.int64(_k) * _nwaves + _wave, {args})",
         ]
     else:
-        p.lines += ["    for _c in prange(_nchunks):", f"        {chunk}(_c, {args})"]
+        p.lines += ["    for _c in prange(_nchunks):", f"        {chunk}(np.int64(_c), {args})"]
     return "\n".join(p.lines) + "\n"
 
 
