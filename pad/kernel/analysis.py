@@ -470,37 +470,43 @@ def exposed_under_guards(code: list[Stmt]) -> set[str]:
     exposed: set[str] = set()
 
     Guard = frozenset[tuple[str, bool]]
+    Facts = dict[str, set[Guard]]  # variable -> the guards under which it has been defined
 
-    def visit(stmts: list[Stmt], guard: Guard, defined: set[tuple[str, Guard]]) -> None:
+    def covered(n: str, guard: Guard, defined: Facts) -> bool:
+        return any(g <= guard for g in defined.get(n, ()))
+
+    def copy(defined: Facts) -> Facts:
+        return {v: set(gs) for v, gs in defined.items()}
+
+    def visit(stmts: list[Stmt], guard: Guard, defined: Facts) -> None:
         for st in stmts:
             uses = (
                 {n for e in exprs_of(st) for n in names_in(e)} if not isinstance(st, (If, While)) else set()
             )
             if isinstance(st, If):
                 uses = set(names_in(st.cond))
-            for n in uses:
-                if not any(v == n and g <= guard for v, g in defined):
-                    exposed.add(n)
+            exposed.update(n for n in uses if not covered(n, guard, defined))
             if isinstance(st, (Assign, Pop)):
                 # Facts guarded by the variable being reassigned no longer hold.
-                defined -= {(v, g) for v, g in defined if any(c == st.target for c, _ in g)}
-                defined.add((st.target, guard))
+                if st.target in conditions:
+                    for gs in defined.values():
+                        gs -= {g for g in gs if any(c == st.target for c, _ in g)}
+                defined.setdefault(st.target, set()).add(guard)
             elif isinstance(st, If):
                 cond = st.cond.id if isinstance(st.cond, Name) else None
                 for side, block in ((True, st.body), (False, st.orelse)):
                     visit(block, guard | {(cond, side)} if cond else guard, defined)
             elif isinstance(st, For):
-                defined.add((st.var, guard))
-                visit(st.body, guard, set(defined))
+                defined.setdefault(st.var, set()).add(guard)
+                visit(st.body, guard, copy(defined))
             elif isinstance(st, While):
-                facts = set(defined)
+                facts = copy(defined)
                 visit(st.test, guard, facts)
-                for n in names_in(st.cond):
-                    if not any(v == n and g <= guard for v, g in facts):
-                        exposed.add(n)
+                exposed.update(n for n in names_in(st.cond) if not covered(n, guard, facts))
                 visit(st.body, guard, facts)
 
-    visit(code, frozenset(), set())
+    conditions = {s.cond.id for s in walk(code) if isinstance(s, If) and isinstance(s.cond, Name)}
+    visit(code, frozenset(), {})
     return exposed
 
 
