@@ -93,3 +93,20 @@ def test_stencil_adjoints_add_into_the_shadow_in_two_waves(n):
     np.add.at(dx, inner + 3, -0.5 * dy[inner])
     np.add.at(dx, inner, dz[inner + 1])
     np.testing.assert_allclose(two[1][0], dx, rtol=1e-12)
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
+def test_a_kernel_body_is_compiled_once():
+    """The launcher calls one chunk of work per thread; numba must compile that chunk (the kernel's whole body)
+    for one signature, not once for the launcher's typing and again for its parallel loop."""
+    idx, x = np.arange(64) % 7, np.linspace(0.5, 1.5, 64)
+    run(2, lambda x, y: pad.launch(k_scatter_add, 64, idx, x, y), [x, np.zeros(7)])  # chunks in one sweep
+    run(2, lambda x, y, z: pad.launch(k_wide_stencil, 64, x, y, z), [x, x.copy(), x.copy()])  # in waves
+    for kernel, args, active in (
+        (k_scatter_add, (idx, x, x[:7]), (False, True, True)),
+        (k_wide_stencil, (x, x, x), (True,) * 3),
+    ):
+        for mode in ("primal", "adjoint"):
+            launcher = kernel.variant(args, mode, active if mode == "adjoint" else None).launcher
+            chunk = launcher.py_func.__globals__[launcher.py_func.__name__ + "_chunk"]
+            assert len(chunk.signatures) == 1, (kernel, mode, chunk.signatures)
