@@ -38,15 +38,27 @@ def address(a: Any) -> int:
     return int(iface["data"][0])
 
 
-def may_share_memory(a: Any, b: Any) -> bool:
-    """Whether two arrays may overlap (a conservative bounds test). A host and a device array never do: a
-    staged copy of a device array (``pad.mpi``) is distinct memory even when the tape keeps both."""
-    if is_device(a) != is_device(b):
-        return False
+_byte_bounds = getattr(np.lib, "array_utils", np).byte_bounds  # NumPy 2 moved it
+
+
+def extent(a: Any) -> tuple[bool, int, int]:
+    """Where an array's memory lies: (on a device, its first byte, one past its last byte)."""
     if isinstance(a, np.ndarray):
-        return bool(np.may_share_memory(a, b))
-    a0, b0 = address(a), address(b)
-    return a0 < b0 + b.nbytes and b0 < a0 + a.nbytes
+        lo, hi = _byte_bounds(a)
+        return False, lo, hi
+    lo = address(a)
+    return True, lo, lo + a.nbytes
+
+
+def overlap(x: tuple[bool, int, int], y: tuple[bool, int, int]) -> bool:
+    """Whether two extents overlap. A host and a device array never do: a staged copy of a device array
+    (``pad.mpi``) is distinct memory even when the tape keeps both."""
+    return x[0] == y[0] and x[1] < y[2] and y[1] < x[2]
+
+
+def may_share_memory(a: Any, b: Any) -> bool:
+    """Whether two arrays may overlap (a conservative bounds test, as ``np.may_share_memory``)."""
+    return overlap(extent(a), extent(b))
 
 
 def device_id(a: Any) -> int | None:

@@ -72,10 +72,11 @@ class Record(Protocol):
 class Kept:
     """A value an adjoint needs: the live array until something overwrites it, then a private copy."""
 
-    __slots__ = ("array", "copied", "users")
+    __slots__ = ("array", "copied", "extent", "users")
 
     def __init__(self, array: Any) -> None:
         self.array = array
+        self.extent = arrays.extent(array)  # its memory, for the overlap tests of every later write
         self.copied = False
         self.users = 0
 
@@ -256,12 +257,12 @@ class Context:
                 obs(targets)
             if not self._live:
                 return
-            for a in targets:
-                for k, kept in list(self._live.items()):
-                    if arrays.may_share_memory(kept.array, a):
-                        kept.array = arrays.copy(kept.array)
-                        kept.copied = True
-                        del self._live[k]
+            spans = [arrays.extent(a) for a in targets]
+            for k, kept in list(self._live.items()):
+                if any(arrays.overlap(kept.extent, span) for span in spans):
+                    kept.array = arrays.copy(kept.array)
+                    kept.copied = True
+                    del self._live[k]
 
     @contextlib.contextmanager
     def observe_writes(self) -> Iterator[list[Any]]:
