@@ -32,6 +32,7 @@ from pad.kernel.ir import (
     While,
     arrays_in,
     assigned,
+    blocks,
     exprs_of,
     loaded_arrays,
     names_in,
@@ -233,44 +234,28 @@ def _names(stmts: list[Stmt]) -> Counter[str]:
     return count
 
 
-def _blocks(s: Stmt) -> list[list[Stmt]]:
-    if isinstance(s, If):
-        return [s.body, s.orelse]
-    if isinstance(s, For):
-        return [s.body]
-    if isinstance(s, While):
-        return [s.test, s.body]
-    return []
-
-
 def _renamable(body: list[Stmt], launch_index: str) -> set[str]:
     """The scalars that ``Printer`` may give a fresh name at each definition, since each is assigned only at the
     top level of one statement list: in the launch body, those no nested block assigns; in a nested list (a
     branch, a loop body), those that occur nowhere else and whose first occurrence there is a definition, so
     no value flows into the list (from before it or an earlier iteration) or out of it."""
     total = _names(body)
-    out = {n for s in body for n in assigned([s]) if not _blocks(s)} - assigned(
-        [s for s in body if _blocks(s)]
-    )
+    out: set[str] = set()
 
-    def local(block: list[Stmt]) -> None:
+    def visit(block: list[Stmt], top: bool) -> None:
         inside = _names(block)
-        nested = assigned([s for s in block if _blocks(s)])
+        nested = assigned([s for s in block if blocks(s)])
         decided: set[str] = set()
         for s in block:
-            here = set(_names([s]))
-            if isinstance(s, (Assign, Pop)):
+            if isinstance(s, (Assign, Pop)) and s.target not in nested:
                 reads = set(names_in(s.value)) if isinstance(s, Assign) else set()
-                name = s.target
-                if name not in decided | reads | nested and inside[name] == total[name]:
-                    out.add(name)
-            decided |= here
-            for sub in _blocks(s):
-                local(sub)
+                if top or (s.target not in decided | reads and inside[s.target] == total[s.target]):
+                    out.add(s.target)
+            decided |= set(_names([s]))
+            for sub in blocks(s):
+                visit(sub, False)
 
-    for s in body:
-        for sub in _blocks(s):
-            local(sub)
+    visit(body, True)
     return out - {launch_index}
 
 

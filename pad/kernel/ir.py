@@ -229,18 +229,23 @@ def map_blocks(s: Stmt, f: Callable[[list[Stmt]], list[Stmt]]) -> Stmt:
     return s
 
 
+def blocks(s: Stmt) -> list[list[Stmt]]:
+    """The statement lists nested directly in ``s``, in program order (none for a simple statement)."""
+    if isinstance(s, If):
+        return [s.body, s.orelse]
+    if isinstance(s, For):
+        return [s.body]
+    if isinstance(s, While):
+        return [s.test, s.body]
+    return []
+
+
 def walk(stmts: list[Stmt]) -> Iterator[Stmt]:
     """Every statement, nested ones included, in program order."""
     for s in stmts:
         yield s
-        if isinstance(s, If):
-            yield from walk(s.body)
-            yield from walk(s.orelse)
-        elif isinstance(s, For):
-            yield from walk(s.body)
-        elif isinstance(s, While):
-            yield from walk(s.test)
-            yield from walk(s.body)
+        for block in blocks(s):
+            yield from walk(block)
 
 
 def assigned(stmts: list[Stmt]) -> set[str]:
