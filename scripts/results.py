@@ -283,13 +283,14 @@ def studies() -> list[str]:
         ok = [line for line in lines if line["ok"]]
         primal = {p["workers"]: p["result"]["time_primal_s"] for p in ok if p["mode"] == "primal"}
         grad = {p["workers"]: p["result"] for p in ok if p["mode"] == "grad"}
-        first = min(primal.keys() & grad.keys(), default=None)
-        if first is None:
+        workers = sorted(primal.keys() & grad.keys())
+        if not workers:
             continue
+        first = workers[0]
         weak = lines[0]["scaling"] == "weak"
         kind = lines[0]["kind"]
         rows = []
-        for w in sorted(primal.keys() & grad.keys()):
+        for w in workers:
             tp, tg = primal[w], grad[w]["time_grad_s"]
             # strong scaling's speed-up and weak scaling's efficiency are both T(fewest workers) / T(these)
             scale_p, scale_g = primal[first] / tp, grad[first]["time_grad_s"] / tg
