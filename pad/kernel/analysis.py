@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
@@ -390,12 +391,14 @@ def varying(body: list[Stmt], launch_index: str, written: set[str]) -> set[str]:
 
 
 # ---------------------------------------------------------------------------------------------- liveness
-def liveness(stmts: list[Stmt], live_out: set[str], prune: bool) -> tuple[list[Stmt], set[str]]:
+def liveness(
+    stmts: list[Stmt], live_out: set[str], prune: bool, exits: dict[int, set[str]] | None = None
+) -> tuple[list[Stmt], set[str]]:
     """Backward liveness over structured code. Returns (statements, variables live on entry).
 
     With ``prune``, assignments to dead variables and statements left empty are removed (stores, pushes,
     pops and fills have effects and stay). Without it, nothing is removed and the result is the set of
-    upward-exposed uses.
+    upward-exposed uses. ``exits``, if given, receives the variables live where each ``for`` loop ends.
     """
     live = set(live_out)
     out: list[Stmt] = []
@@ -416,17 +419,19 @@ def liveness(stmts: list[Stmt], live_out: set[str], prune: bool) -> tuple[list[S
         elif isinstance(s, LocalArray):
             out.append(s)
         elif isinstance(s, If):
-            body, lb = liveness(s.body, live, prune)
-            orelse, lo = liveness(s.orelse, live, prune)
+            body, lb = liveness(s.body, live, prune, exits)
+            orelse, lo = liveness(s.orelse, live, prune, exits)
             if prune and not body and not orelse:
                 continue
             live = lb | lo | set(names_in(s.cond))
             out.append(If(s.cond, body, orelse, line=s.line))
         elif isinstance(s, For):
+            if exits is not None:
+                exits[id(s)] = set(live)
             loop_live = set(live)
             exposed = exposed_under_guards(s.body)
             while True:
-                body, lb = liveness(s.body, loop_live, prune)
+                body, lb = liveness(s.body, loop_live, prune, exits)
                 # Path-insensitive liveness thinks a value set under ``if c:`` and read under a later
                 # ``if c:`` of the same iteration flows in from before the loop; it does not.
                 lb &= exposed | loop_live
@@ -443,8 +448,8 @@ def liveness(stmts: list[Stmt], live_out: set[str], prune: bool) -> tuple[list[S
         elif isinstance(s, While):
             loop_live = set(live)
             while True:
-                body, lb = liveness(s.body, loop_live, prune)
-                test, lt = liveness(s.test, loop_live | lb | set(names_in(s.cond)), prune)
+                body, lb = liveness(s.body, loop_live, prune, exits)
+                test, lt = liveness(s.test, loop_live | lb | set(names_in(s.cond)), prune, exits)
                 new = loop_live | lt
                 if new == loop_live:
                     break
@@ -517,65 +522,74 @@ def _assigned_in(stmts: list[Stmt]) -> set[str]:
 def carried_sums(loop: For) -> set[str] | None:
     """The scalars ``loop`` carries from one iteration to the next if all are pure accumulators, else None.
 
-    A pure accumulator is updated once per iteration as ``v = v + w`` or ``v = v - w`` (directly, or through
-    one temporary) and read nowhere else in the body: its final value is the sum of the iterations' terms,
-    in any order.
+    A pure accumulator is assigned only by updates ``v = v + w`` or ``v = v - w`` (directly, or through one
+    temporary each: ``t = v + w; v = t``), as many as the body has, and read nowhere else in the body: its
+    final value is the sum of the iterations' terms, in any order.
     """
     carried = liveness(loop.body, set(), prune=False)[1] & assigned(loop.body)
-    defs = {x.target: x for x in walk(loop.body) if isinstance(x, Assign)}
+    defs: dict[str, list[Assign]] = {}
+    for x in walk(loop.body):
+        if isinstance(x, Assign):
+            defs.setdefault(x.target, []).append(x)
+    reads = Counter(n for x in walk(loop.body) for e in exprs_of(x) for n in names_in(e))
     for v in carried:
-        update = defs.get(v)
-        if not isinstance(update, Assign):
-            return None
-        via = [v]  # ``v = v + w``, or as lowered from ``v += w``: ``t = v + w; v = copy(t)`` (or ``v = t``)
-        step: Stmt | None = update
-        t = (
-            update.value.args[0]
-            if isinstance(update.value, Call) and update.value.op == "copy"
-            else update.value
-        )
-        if isinstance(t, Name):
-            via.append(t.id)
-            step = defs.get(t.id)
-        if not (
-            isinstance(step, Assign) and isinstance(step.value, Call) and step.value.op in ("add", "sub")
-        ):
-            return None
-        operands = step.value.args
-        if not (operands[0] == Name(v) or (step.value.op == "add" and operands[1] == Name(v))):
-            return None
-        reads = [n for x in walk(loop.body) for e in exprs_of(x) for n in names_in(e) if n in via]
-        if (
-            len(reads) != len(via)
-            or sum(1 for x in walk(loop.body) if isinstance(x, Assign) and x.target == v) != 1
-        ):
+        for update in defs.get(v, []):
+            step: Assign | None = update
+            value = update.value
+            t = value.args[0] if isinstance(value, Call) and value.op == "copy" else value
+            if isinstance(t, Name):  # through a temporary, assigned once and read only here
+                temp = defs.get(t.id, [])
+                step = temp[0] if len(temp) == 1 and reads[t.id] == 1 else None
+            if not (
+                step is not None
+                and isinstance(step.value, Call)
+                and step.value.op in ("add", "sub")
+                and (
+                    step.value.args[0] == Name(v)
+                    or (step.value.op == "add" and step.value.args[1] == Name(v))
+                )
+            ):
+                return None
+        if not defs.get(v) or reads[v] != len(defs[v]):
             return None
     return carried
 
 
-def split_loops(body: list[Stmt]) -> dict[int, set[str]]:
+def split_loops(body: list[Stmt], private_arrays: set[str]) -> dict[int, set[str]]:
     """Loops a group of GPU lanes can share, one iteration per lane in turn: id() -> the sums to combine.
 
-    An innermost ``for`` qualifies when it only reads memory and sums (:func:`carried_sums`): no stores,
-    stack operations, ``break`` or ``return``, and nothing it assigns but its sums is read after it. Each
-    lane then sums its share and the group adds the lanes' sums, after which all lanes hold the loop's
-    results. (Everything else the lanes of a group run alike, on the same values.)
+    An innermost ``for`` whose trip count is not a literal qualifies when it only reads memory, sums
+    (:func:`carried_sums`) and adds into
+    arrays that neither each lane's ``private_arrays`` nor anything the kernel reads: no plain stores,
+    stack operations, ``break`` or ``return``, and nothing it assigns but its sums is read after it (an
+    order-free adjoint loop, for one). Each lane then sums its share and adds its iterations' terms into
+    the arrays, the group adds the lanes' sums, after which all lanes hold the loop's results. (Everything
+    else the lanes of a group run alike, on the same values.)
     """
     found: dict[int, set[str]] = {}
     loops = [s for s in walk(body) if isinstance(s, For)]
+    loaded = loaded_arrays(body)
+    exits = live_at_exits(body)
     for loop in loops:
+        if all(isinstance(b, Lit) for b in (loop.start, loop.stop, loop.step)):
+            continue  # a loop of known, usually few, iterations (LULESH's corners): unrolled, not shared
         inner = list(walk(loop.body))
-        if any(isinstance(x, (For, While, Store, Fill, Push, Pop, Break, Return)) for x in inner):
+        if any(isinstance(x, (For, While, Fill, Push, Pop, Break, Return)) for x in inner):
+            continue
+        stores = [x for x in inner if isinstance(x, Store)]
+        if any(not x.accumulate or x.array in private_arrays | loaded for x in stores):
             continue
         sums = carried_sums(loop)
-        if sums is None:
-            continue
-        private = (assigned(loop.body) | {loop.var}) - sums
-        inside = {id(x) for x in inner}
-        outside = [n for x in walk(body) if id(x) not in inside for e in exprs_of(x) for n in names_in(e)]
-        if not private & set(outside):
+        if sums is not None and not (assigned(loop.body) | {loop.var}) - sums & exits[id(loop)]:
             found[id(loop)] = sums
     return found
+
+
+def live_at_exits(body: list[Stmt]) -> dict[int, set[str]]:
+    """id() of each ``for`` loop in ``body`` -> the variables live where it ends (read before set again)."""
+    exits: dict[int, set[str]] = {}
+    liveness(body, set(), prune=False, exits=exits)
+    return exits
 
 
 def running_extreme(loop: For) -> tuple[str, str, str] | None:

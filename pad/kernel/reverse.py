@@ -25,6 +25,7 @@ from pad.kernel.analysis import (
     Definitions,
     carried_sums,
     exposed_under_guards,
+    live_at_exits,
     liveness,
     owned,
     running_extreme,
@@ -92,6 +93,9 @@ class Reverse:
     moved: set[int] = field(default_factory=set)
     remade: set[int] = field(default_factory=set)  # id()s of their copies in the reverse sweep
     rebuilding: frozenset[str] = frozenset()  # sums an enclosing loop's reverse is rebuilding
+    # Pure accumulators of enclosing order-free loops: ``v = v + w`` leaves v's adjoint as it was, so their
+    # updates' adjoints neither clear nor add to it (it then stays the same value through the reverse loop).
+    steady: frozenset[str] = frozenset()
     tails: dict[int, list[Stmt]] = field(default_factory=dict)
     # id() of a recomputed loop's forward copy -> (scalars pushed per iteration, the body's own forward sweep)
     replays: dict[int, tuple[int, list[Stmt]]] = field(default_factory=dict)
@@ -99,6 +103,7 @@ class Reverse:
     def __post_init__(self) -> None:
         self._choose_loop_modes()
         self._fresh: dict[tuple[int, str], str] = {}
+        self._exits = live_at_exits(self.body)
 
     def fresh(self, s: Stmt, role: str, ty: str) -> str:
         """A generated variable for ``role`` at statement ``s``: the same name every time ``s`` is revisited."""
@@ -208,23 +213,26 @@ class Reverse:
         t = s.target
         if t not in self.act.scalars:
             return []
-        zero = Assign(adj(t), Lit(0.0, typed=True), line=s.line)
+        # An update of a pure accumulator leaves its adjoint as it was: neither clear it nor add to it.
+        zero: list[Stmt] = [] if t in self.steady else [Assign(adj(t), Lit(0.0, typed=True), line=s.line)]
         value = s.value
         if isinstance(value, Elem):
             if value.array not in self.act.arrays:
-                return [zero]
+                return zero
             shadow = self.shadow(value.array, value.index)
-            return [Store(shadow, value.index, Name(adj(t)), accumulate=True, line=s.line), zero]
+            return [Store(shadow, value.index, Name(adj(t)), accumulate=True, line=s.line), *zero]
         if not isinstance(value, Call) or RULES[value.op].partials is None:
-            return [zero]
+            return zero
         # Read the result's adjoint once, and clear it, before accumulating into the arguments' adjoints
         # (an argument may be the target itself).
         g = self.fresh(s, "g", self.types[t])
-        out: list[Stmt] = [Assign(g, Name(adj(t)), line=s.line), zero]
+        out: list[Stmt] = [Assign(g, Name(adj(t)), line=s.line), *zero]
         partials = RULES[value.op].partials(Name(t), *value.args)  # type: ignore[misc]
         for arg, partial in zip(value.args, partials, strict=True):
             if partial is not None and self.act.expr(arg):
                 assert isinstance(arg, Name)
+                if arg.id in self.steady:
+                    continue
                 contribution = call("mul", Name(g), partial)
                 out.append(Assign(adj(arg.id), call("add", Name(adj(arg.id)), contribution), line=s.line))
         return out
@@ -279,19 +287,24 @@ class Reverse:
             count, set_var = [], []
         replay: list[Stmt] = []
         rebuilt: list[str] = []
+        sums: set[str] | None = None
         if id(s) in self.recompute:
             fwd_body, rev_body, replay = self.recomputed(s)
-            rebuilt = self._rebuildable(s, rev_body)
-            if rebuilt:
-                outer, self.rebuilding = self.rebuilding, self.rebuilding | set(rebuilt)
-                try:  # loops inside rebuild the same sums (else the replay would run them forward too)
+            sums = self.order_free(s, rev_body) if isinstance(s, For) else None
+            if isinstance(s, For) and sums is not None:
+                rebuilt = self._rebuildable(s, sums)
+                outer = self.rebuilding, self.steady
+                # Loops inside rebuild the same sums (else the replay would run them forward too).
+                self.rebuilding, self.steady = self.rebuilding | set(rebuilt), self.steady | sums
+                try:
                     fwd_body, rev_body, replay = self.recomputed(s, rebuilt)
                 finally:
-                    self.rebuilding = outer
+                    self.rebuilding, self.steady = outer
+                rev_body = self.cleared_adjoints(s, sums, rev_body) + rev_body
         else:
             fwd_body, rev_body = self.stored(s, need)
         backwards = For(k, call("sub", Name(trip), Lit(1)), Lit(-1), Lit(-1), set_var + rev_body, line=s.line)
-        if isinstance(s, For) and id(s) in self.recompute and _order_free(s, rev_body) is not None:
+        if isinstance(s, For) and sums is not None:
             # Iterations' adjoints commute here: run them in forward order, which numba can vectorize
             # (and a GPU may start each warp at a different iteration: the UNORDERED name says so).
             free = self.fresh(s, UNORDERED[1:], "i")  # the namer adds the leading underscore
@@ -380,12 +393,39 @@ class Reverse:
         reverse = If(one, [If(call("ge", Name(win), Lit(0)), alone, [], line=s.line)], shared, line=s.line)
         return forward, [reverse]
 
-    def _rebuildable(self, s: For | While, rev_body: list[Stmt]) -> list[str]:
+    def order_free(self, s: For, rev_body: list[Stmt]) -> set[str] | None:
+        """Can the reverse iterations of a recomputed loop run in any order? Then the carried sums, else None.
+
+        Yes when an iteration's reverse pops nothing (nothing carried), the body writes no array element
+        plainly (only ``+=``, whose adjoint reads a shadow it does not change), every scalar carried from
+        one iteration to the next is a pure accumulator (:func:`carried_sums`), and no other value the body
+        assigns is read after the loop (its adjoint belongs to the last iteration alone): then the adjoint
+        of each carried scalar is the same in every iteration, and the iterations' contributions to the
+        other adjoints are sums, which commute.
+        """
+        if any(isinstance(x, Pop) for x in rev_body):
+            return None
+        if any(isinstance(x, Store) and not x.accumulate for x in walk(s.body)):
+            return None
+        sums = carried_sums(s)
+        after = self._exits.get(id(s))  # None: a loop this pass made, not the kernel's (never order-free)
+        if sums is None or after is None or (assigned(s.body) | {s.var}) - sums & after:
+            return None
+        return sums
+
+    def cleared_adjoints(self, s: For, sums: set[str], rev_body: list[Stmt]) -> list[Stmt]:
+        """Zero, at the start of each reverse iteration of order-free loop ``s``, the adjoints of the values
+        the body makes (but its sums). They are zero there anyway (each iteration's reverse clears them at
+        the values' definitions, and :meth:`order_free` rules out reads after the loop); saying so shows
+        that no iteration passes them to the next, so GPU lanes can share the iterations."""
+        used = {n for x in walk(rev_body) for n in _names(x) | assigned([x])}
+        made = assigned(s.body) - sums - {s.var}
+        zero = Lit(0.0, typed=True)
+        return [Assign(adj(v), zero, line=s.line) for v in sorted(made & self.act.scalars) if adj(v) in used]
+
+    def _rebuildable(self, s: For, sums: set[str]) -> list[str]:
         """The sums an order-free loop's reverse can rebuild for the output stores that follow it (fused)."""
-        if not (self.fused and isinstance(s, For)):
-            return []
-        sums = _order_free(s, rev_body)
-        if sums is None:
+        if not self.fused:
             return []
         if sums & self.rebuilding:
             return sorted(sums & self.rebuilding)
@@ -496,30 +536,15 @@ class Reverse:
         return push + s.body, pop + again, f
 
     def stored(self, s: For | While, need: set[str]) -> tuple[list[Stmt], list[Stmt]]:
-        """The body saves its own overwritten values; ``need`` grows with what any iteration's reverse reads."""
+        """The body saves its own overwritten values; ``need`` grows with what any iteration's reverse reads
+        before assigning it (a loop inside that the reverse recomputes makes its own values again)."""
         inner = set(need)
         while True:
             f, r = self.region(s.body, inner)
-            used = {n for x in walk(r) for n in _names(x)}
+            used = liveness(r, set(), prune=False)[1]
             if used <= inner:
                 return f, r
             inner |= used
-
-
-def _order_free(s: For, rev_body: list[Stmt]) -> set[str] | None:
-    """Can the reverse iterations of a recomputed loop run in any order? Then the carried sums, else None.
-
-    Yes when an iteration's reverse pops nothing (nothing carried), the body writes no array element
-    plainly (only ``+=``, whose adjoint reads a shadow it does not change), and every scalar carried from
-    one iteration to the next is a pure accumulator (:func:`carried_sums`): then the adjoint of each carried
-    scalar is the same in every iteration, and the iterations' contributions to the other adjoints are sums,
-    which commute.
-    """
-    if any(isinstance(x, Pop) for x in rev_body):
-        return None
-    if any(isinstance(x, Store) and not x.accumulate for x in walk(s.body)):
-        return None
-    return carried_sums(s)
 
 
 def _drop_idle_saves(stmts: list[Stmt]) -> list[Stmt]:

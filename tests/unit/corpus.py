@@ -313,6 +313,24 @@ def _ranges():
 
 
 @pad.kernel
+def k_last_value(i, x, y):
+    s = 0.0
+    t = 0.0
+    for k in range(x.shape[0]):
+        t = x[k] * x[(k + i) % x.shape[0]]
+        s += t
+    y[i] = s * t  # t: the last iteration's value, whose adjoint belongs to that iteration alone
+
+
+@case("loop sum that also leaves its last value")
+def _last_value():
+    def prog(x, y):
+        pad.launch(k_last_value, y.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 6, dt)), dup(arr(rng, 4, dt)))
+
+
+@pad.kernel
 def k_while(i, x, y):
     v = x[i]
     n = 0
