@@ -196,6 +196,7 @@ def build(
             init,
             fastmath,
             varying(body, launch_index, written),
+            adjoint=rev is not None,
         )
         variant.source = CUDA_MODULE_HEADER.format(origin=origin) + source
         pushes = [s for s in walk(body) if isinstance(s, Push)]
@@ -423,7 +424,10 @@ def _scalars_in(body: list[Stmt]) -> set[str]:
     return assigned(body) | {s.target for s in walk(body) if isinstance(s, Pop)} | used
 
 
-_RUNTIME_DIGEST = hashlib.sha256(Path(runtime.__file__).read_bytes()).hexdigest()
+# The helpers generated code calls, on CPUs and GPUs (the CUDA ones read, not imported: that needs numba.cuda).
+_RUNTIME_DIGEST = hashlib.sha256(
+    b"".join(Path(runtime.__file__).with_name(f).read_bytes() for f in ("runtime.py", "cuda_runtime.py"))
+).hexdigest()
 
 
 def _load(name: str, source: str) -> Callable[..., Any]:

@@ -3,9 +3,11 @@ over the lanes of a group that shares a loop (``group_sum``), and
 the few scalar operations numba's CUDA target lacks (NumPy's float floor and ceil).
 
 For ``arr[j] += value`` with ``j`` probably the same on every lane of a warp (an adjoint accumulating into
-a parameter every thread reads), generated code asks ``uniform(j)``: when the whole warp is converged there
-with one ``j`` (checked at run time), it sums the lanes' values with ``warp_sum`` and one lane adds
-atomically, 32x fewer atomics on one address; otherwise every lane adds atomically. numba's CUDA simulator
+a parameter every thread reads), generated code asks ``uniform(j, 1)``: when the whole warp is converged
+there with one ``j`` (checked at run time), it sums the lanes' values with ``warp_sum`` and one lane adds
+atomically, 32x fewer atomics on one address; otherwise every lane adds atomically. In a loop that groups of
+``g`` lanes share, the lanes at the same place in their groups are at the same iteration: ``uniform(j, g)``
+and ``warp_sum(v, g)`` take those lanes together, and the first group's lanes add. numba's CUDA simulator
 has no warp shuffles (``WARP_SHUFFLES`` is False there): every lane adds atomically.
 """
 
@@ -25,12 +27,21 @@ FULL = 0xFFFFFFFF
 
 
 @cuda.jit(device=True)
-def warp_sum(v):  # type: ignore[no-untyped-def]
-    v += cuda.shfl_xor_sync(FULL, v, 16)
-    v += cuda.shfl_xor_sync(FULL, v, 8)
-    v += cuda.shfl_xor_sync(FULL, v, 4)
-    v += cuda.shfl_xor_sync(FULL, v, 2)
-    v += cuda.shfl_xor_sync(FULL, v, 1)
+def warp_sum(v, g):  # type: ignore[no-untyped-def]
+    """The sum of ``v`` over the lanes at this lane's place in their groups of ``g`` (the whole warp for 1).
+
+    Unrolled, each step under a test of ``g`` that is the same on every lane: a loop over a run-time ``g``
+    made the adjoints that call it per iteration over twice as slow."""
+    if g <= 16:
+        v += cuda.shfl_xor_sync(FULL, v, 16)
+    if g <= 8:
+        v += cuda.shfl_xor_sync(FULL, v, 8)
+    if g <= 4:
+        v += cuda.shfl_xor_sync(FULL, v, 4)
+    if g <= 2:
+        v += cuda.shfl_xor_sync(FULL, v, 2)
+    if g <= 1:
+        v += cuda.shfl_xor_sync(FULL, v, 1)
     return v
 
 
@@ -44,6 +55,8 @@ def group_mask(g):  # type: ignore[no-untyped-def]
 def group_sum(v, g):  # type: ignore[no-untyped-def]
     """The sum of ``v`` over this lane's group of ``g`` lanes, on every lane of the group; only the group's
     lanes need to be here."""
+    if g == 1:
+        return v
     mask = group_mask(g)
     o = g // 2
     while o > 0:
@@ -60,11 +73,12 @@ def group_sync(g):  # type: ignore[no-untyped-def]
 
 
 @cuda.jit(device=True)
-def uniform(j):  # type: ignore[no-untyped-def]
-    """True on every lane iff the whole warp is here, converged, with the same ``j``."""
+def uniform(j, g):  # type: ignore[no-untyped-def]
+    """True on every lane iff the whole warp is here, converged, and the lanes at the same place in their
+    groups of ``g`` lanes have the same ``j`` (for 1: the whole warp has)."""
     if cuda.activemask() != FULL:
         return False
-    return cuda.all_sync(FULL, j == cuda.shfl_sync(FULL, j, 0))
+    return cuda.all_sync(FULL, j == cuda.shfl_sync(FULL, j, cuda.laneid & (g - 1)))  # g: a power of two
 
 
 @cuda.jit(device=True)

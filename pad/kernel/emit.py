@@ -11,6 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import config
 
 from pad.kernel.analysis import split_loops
 from pad.kernel.frontend import ArrayKind, Kind
@@ -42,6 +43,7 @@ from pad.kernel.rules import RULES
 
 _PREFIXES = ("_pv", "_b_", "_d_")
 UNORDERED = "_any"  # prefix of loop variables of loops whose iterations may run in any order
+SHARED_ADJOINT_REGISTERS = 64  # per thread, for CUDA adjoints whose lanes share loops (cuda_kernel_source)
 
 
 def base_name(name: str) -> str:
@@ -355,6 +357,7 @@ class CudaPrinter(Printer):
     # In such a kernel every lane of a group runs the rest alike, and only its first lane stores.
     split: dict[int, set[str]] = field(default_factory=dict)
     fenced: bool = False  # such a kernel reads arrays it stores into: the group meets around stores
+    sharing: bool = False  # printing a shared loop's body: each lane adds its own iterations' terms
 
     def template(self, op: str) -> str:
         return RULES[op].cuda or RULES[op].template
@@ -376,21 +379,26 @@ class CudaPrinter(Printer):
 
     def aggregated(self, run: list[Store]) -> list[str]:
         """Where the whole warp is here with the same index, it sums each value with shuffles and one lane
-        adds atomically (32x fewer atomics on one address); elsewhere every lane adds atomically."""
+        adds atomically (32x fewer atomics on one address); elsewhere every lane adds atomically.
+
+        In a shared loop the lanes of a group are at different iterations, and the lanes at the same place
+        in their groups at the same one: those are summed, and the first group's lanes add.
+        """
         self.groups += 1
+        g = "_G" if self.sharing else "1"
         names = sorted(uniform_add_names(run[0], self.varying) or ()) or ["0"]
-        check = " and ".join(f"uniform({self.current(n)})" for n in names)
+        check = " and ".join(f"uniform({self.current(n)}, {g})" for n in names)
         sums = [f"_w{self.groups}_{k}" for k in range(len(run))]
         lines = [f"if WARP_SHUFFLES and {check}:"]
         lines += [
-            f"    {w} = warp_sum({self.expr(s.value, self.type_of(s.array))})"
+            f"    {w} = warp_sum({self.expr(s.value, self.type_of(s.array))}, {g})"
             for w, s in zip(sums, run, strict=True)
         ]
-        lines.append("    if cuda.laneid == 0:")
+        lines.append(f"    if cuda.laneid < {g}:")
         lines += [f"        {self.atomic_add(s, w)}" for w, s in zip(sums, run, strict=True)]
         lines.append("else:")
         lines += [f"    {self.atomic_add(s, self.expr(s.value, self.type_of(s.array)))}" for s in run]
-        return self.first_lane(lines)
+        return lines if self.sharing else self.first_lane(lines)
 
     def first_lane(self, lines: list[str]) -> list[str]:
         """``lines`` run by one lane of each group in a kernel whose groups share loops (else by all).
@@ -410,11 +418,12 @@ class CudaPrinter(Printer):
     def store(self, s: Store) -> list[str]:
         array = s.array.removeprefix("_pv")
         if array in self.tiles:
-            (index,) = s.index
-            assert isinstance(index, Name)
-            offset = self.offsets[index.id] + self.tiles[array]
-            value = self.expr(s.value, self.type_of(s.array))
-            return [f"cuda.atomic.add(_tile{array}, cuda.threadIdx.x + {offset}, {value})"]
+            _, slot = _tile_slot(s, self.offsets, self.tiles)
+            return [f"_tc{array}_{slot} += {self.expr(s.value, self.type_of(s.array))}"]
+        if array in self.ranks:  # a local array: every lane keeps its own copy
+            return super().store(s)
+        if self.sharing:  # the group's lanes add their own iterations' terms (split_loops: only adds here)
+            return [self.atomic_add(s, self.expr(s.value, self.type_of(s.array)))]
         if not s.accumulate or array not in self.atomic:
             return self.first_lane(super().store(s))
         # Also ``x[i] += v`` at the thread's own index: another thread may be adding to x[i] atomically.
@@ -424,21 +433,24 @@ class CudaPrinter(Printer):
         """Iterations whose order does not matter (``UNORDERED`` loop variables) start at a different
         iteration in each warp: warps that accumulate into ``x[k]`` then hit different addresses at a time
         instead of all queueing on the same one."""
-        if id(s) in self.split:  # each lane sums its share from zero; the footer adds the shares
-            start, stop, step = (self.expr(x, "i") for x in (s.start, s.stop, s.step))
+        shared = id(s) in self.split
+        head: list[str] = []
+        if shared:  # each lane sums its share from zero; the footer adds the shares
             sums = sorted(self.split[id(s)])
-            return [
-                *(f"_before{v} = {v}" for v in sums),
-                *(f"{v} = {_ZERO[self.type_of(v)]}" for v in sums),
-                f"for {s.var} in range({start} + ({step}) * _lane, {stop}, ({step}) * _G):",
-            ]
+            head = [*(f"_before{v} = {v}" for v in sums), *(f"{v} = {_ZERO[self.type_of(v)]}" for v in sums)]
+            self.sharing = True
         if not s.var.startswith(UNORDERED):
-            return super().loop_header(s)
+            if not shared:
+                return super().loop_header(s)
+            start, stop, step = (self.expr(x, "i") for x in (s.start, s.stop, s.step))
+            return [*head, f"for {s.var} in range({start} + ({step}) * _lane, {stop}, ({step}) * _G):"]
         assert s.start == Lit(0) and s.step == Lit(1)
         stop = self.expr(s.stop, "i")
+        lanes = "_lane, {stop}, _G" if shared else "{stop}"
         return [
+            *head,
             f"_o{s.var} = (_tid // 32 * 8) % {stop} if {stop} > 0 else 0",
-            f"for _r{s.var} in range({stop}):",
+            f"for _r{s.var} in range({lanes.format(stop=stop)}):",
             f"    {s.var} = _r{s.var} + _o{s.var}",
             f"    if {s.var} >= {stop}:",
             f"        {s.var} -= {stop}",
@@ -446,10 +458,13 @@ class CudaPrinter(Printer):
 
     def loop_footer(self, s: For) -> list[str]:
         """After a shared loop, every lane of the group adds the lanes' shares to the sums' values before it."""
-        return [f"{v} = _before{v} + group_sum({v}, _G)" for v in sorted(self.split.get(id(s), ()))]
+        if id(s) not in self.split:
+            return []
+        self.sharing = False
+        return [f"{v} = _before{v} + group_sum({v}, _G)" for v in sorted(self.split[id(s)])]
 
     def push(self, s: Push) -> list[str]:
-        store = f"_tape[_nt, _tid] = {self.expr(s.value, 'f8')}"
+        store = f"_tape[_nt, {self.column}] = {self.expr(s.value, 'f8')}"
         if self.sized_stacks:  # no branch per push: numba's analyses of a branchy kernel take minutes
             return [store, "_nt += 1"]
         return ["if _nt < _tape.shape[0]:", f"    {store}", "else:", "    _overflow[0] = 1", "_nt += 1"]
@@ -457,8 +472,14 @@ class CudaPrinter(Printer):
     def pop(self, s: Pop) -> list[str]:
         return [
             "_nt -= 1",
-            f"{self.define(s.target)} = {_CUDA_CAST[s.ty].format('_tape[min(_nt, _tape.shape[0] - 1), _tid]')}",
+            f"{self.define(s.target)} = {_CUDA_CAST[s.ty].format(f'_tape[min(_nt, _tape.shape[0] - 1), {self.column}]')}",
         ]
+
+    @property
+    def column(self) -> str:
+        """This thread's column of the tape: its launch index, or its own where lanes share an index (the
+        lanes of a group push and pop alike, but not in step)."""
+        return "cuda.grid(1)" if self.split else "_tid"
 
     def fill(self, s: Fill) -> list[str]:
         value = self.expr(s.value, self.type_of(s.array))
@@ -478,6 +499,7 @@ def cuda_kernel_source(
     fastmath: bool,
     varying: set[str],
     share_loops: bool = True,
+    adjoint: bool = False,
 ) -> tuple[str, bool]:
     """The Python source of a ``@cuda.jit`` kernel running ``body`` for one launch index per thread, or per
     group of ``_G`` threads where its innermost sum loops can be shared (:func:`split_loops`): a launch of few
@@ -494,9 +516,8 @@ def cuda_kernel_source(
     p.sized_stacks = launcher.stack is not None
     p.renamable = _renamable(body, launch_index)
     uses_tape = any(isinstance(s, (Push, Pop)) for s in walk(body))
-    # Not with a tape (the group's lanes would reuse one column's slots out of step) or shared-memory tiles
-    # (slots per thread).
-    p.split = split_loops(body) if share_loops and not (uses_tape or tiles) else {}
+    # Not with shared-memory tiles (slots per thread).
+    p.split = split_loops(body, set(ranks)) if share_loops and not tiles else {}
     stored = {s.array.removeprefix("_pv") for s in walk(body) if isinstance(s, Store)}
     p.fenced = bool(stored & loaded_arrays(body))
     args = ", ".join(
@@ -508,7 +529,12 @@ def cuda_kernel_source(
             *(["_tape", "_overflow"] if uses_tape else []),
         ]
     )
-    p.lines += [f"@cuda.jit(fastmath={fastmath}, cache=True)", f"def {launcher.name}({args}):"]
+    # Few launch indices, so few threads: an adjoint sharing loops hides its latency only with many threads
+    # per multiprocessor, which its registers limit (miniBUDE's fused protein adjoint: 187 registers, 8
+    # warps per multiprocessor, 9.1 ms on an H100; capped, 6.7 ms). Primal kernels lose by it (2.0 -> 2.2 ms).
+    capped = p.split and adjoint and not config.ENABLE_CUDASIM  # type: ignore[attr-defined]
+    cap = f", max_registers={SHARED_ADJOINT_REGISTERS}" if capped else ""  # (numba's simulator has no cap)
+    p.lines += [f"@cuda.jit(fastmath={fastmath}, cache=True{cap})", f"def {launcher.name}({args}):"]
     p.lines.append("    _tid = cuda.grid(1)")
     if p.split:  # _G consecutive lanes (a power of two, at most 16) per launch index
         p.lines += ["    _lane = _tid % _G", "    _tid //= _G"]
@@ -522,6 +548,17 @@ def cuda_kernel_source(
             f"    for _q in range(cuda.threadIdx.x, {BLOCK + 2 * halo}, {BLOCK}):",
             f"        _tile{array}[_q] = 0",
         ]
+    # A thread's adds to a tile slot (x[i + c] += v: slot threadIdx + c + halo) are summed in a register per
+    # c, then added to the tile one c at a time: each slot then has one writer at a time, no atomics.
+    staged = sorted(
+        {
+            _tile_slot(x, offsets, tiles)
+            for x in walk(body)
+            if isinstance(x, Store) and x.array.removeprefix("_pv") in tiles
+        }
+    )
+    for array, slot in staged:
+        p.lines.append(f"    _tc{array}_{slot} = {_ZERO[element_type(kinds[base_name(array)])]}")
     if tiles:
         p.lines.append("    cuda.syncthreads()")
     p.lines.append("    if _tid < _n:")
@@ -536,8 +573,11 @@ def cuda_kernel_source(
     p.emit(body, 2)
     for acc in launcher.accumulators:
         p.lines += ["        " + line for line in p.first_lane([f"_acc{acc} += {p.current(acc)}"])]
-    if tiles:
-        p.lines.append("    cuda.syncthreads()")
+    for array, slot in staged:
+        p.lines += [
+            f"    _tile{array}[cuda.threadIdx.x + {slot}] += _tc{array}_{slot}",
+            "    cuda.syncthreads()",
+        ]
     for array, halo in tiles.items():
         # Tile slots [2*halo, BLOCK) are this block's alone: plain adds. The rest overlap neighbour blocks.
         p.lines += [
@@ -593,6 +633,14 @@ def launch_offsets(body: list[Stmt], launch_index: str) -> dict[str, int]:
             if a == Name(launch_index) and isinstance(b, Lit) and type(b.value) is int:
                 offsets[s.target] = b.value if op == "add" else -b.value
     return offsets
+
+
+def _tile_slot(s: Store, offsets: dict[str, int], tiles: dict[str, int]) -> tuple[str, int]:
+    """(array, tile slot relative to the thread's) of ``x[i + c] += v`` into a tiled array."""
+    array = s.array.removeprefix("_pv")
+    (index,) = s.index
+    assert isinstance(index, Name)
+    return array, offsets[index.id] + tiles[array]
 
 
 def _tiled(

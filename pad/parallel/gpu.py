@@ -111,7 +111,8 @@ def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = (
     overflow = None
     if variant.tape_slots:
         slots = max(_slots(variant, n, args, like), 1)
-        nbytes = slots * n * 8
+        columns = n * lanes  # one per thread: the lanes of a group push alike, but not in step
+        nbytes = slots * columns * 8
         limit = _tape_limit(like)
         if nbytes > limit:
             raise MemoryError(
@@ -123,7 +124,7 @@ def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = (
         stats["tape_bytes"] = nbytes
         stats["peak_tape_bytes"] = max(stats["peak_tape_bytes"], nbytes)
         overflow = arrays.zeros(like, (1,), np.int32)
-        call += [arrays.empty(like, (slots, n), np.float64), overflow]
+        call += [arrays.empty(like, (slots, columns), np.float64), overflow]
     _launch(variant.launcher, _blocks(n * lanes), call)
     if overflow is not None and int(arrays.to_host(overflow)[0]):
         raise TapeOverflow(

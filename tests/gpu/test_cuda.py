@@ -197,3 +197,54 @@ def test_launch_of_few_indices_shares_its_sum_loops_and_agrees_with_numpy():
         pad.Dup(device(q[:40].copy()), device(dq[:40].copy())),
         pad.Dup(device(np.zeros(5)), device(np.zeros(5))),
     )
+
+
+@pad.kernel
+def pair_energy_local(i, x, q, e):
+    w = pad.local_array(1)  # each lane keeps its own copy, stored outside the shared loop
+    w[0] = x[i]
+    total = 0.0
+    for _k in range(2):
+        w[0] = math.sin(w[0]) + 0.5 * w[0]  # overwritten: the adjoint saves it on the tape
+        xi = w[0]
+        for j in range(x.shape[0]):  # its adjoint adds into every partner's shadow
+            d = xi - x[j]
+            total += q[j] * d * d
+    e[i] = total
+
+
+@pad.kernel
+def pair_energy_tape(i, x, q, e):
+    xi = x[i]
+    total = 0.0
+    for _k in range(2):
+        xi = math.sin(xi) + 0.5 * xi  # overwritten: the adjoint saves it on the tape
+        for j in range(x.shape[0]):  # its adjoint adds into every partner's shadow
+            d = xi - x[j]
+            total += q[j] * d * d
+    e[i] = total
+
+
+@pytest.mark.parametrize("kernel", [pair_energy_tape, pair_energy_local], ids=["scalar", "local array"])
+@pytest.mark.parametrize("fuse", [False, True])
+def test_adjoint_of_few_indices_shares_its_sum_loops_and_agrees_with_cpu(kernel, fuse):
+    """Adjoint and fused kernels share their order-free reverse loops among a group's lanes too (a tape
+    column per lane); on a GPU the lanes at one place in their groups add into the partners' shadows
+    together. The gradient equals the CPU's."""
+    rng = np.random.default_rng(12)
+    x, q, seed = rng.uniform(-1, 1, 700), rng.uniform(-1, 1, 700), rng.uniform(0.5, 1.5, 9)
+    mode = "fused" if fuse else "adjoint"
+    assert kernel.variant((x, q, seed), mode, (True, True, True), "cuda").shares_loops
+
+    def program(x, q, e):
+        pad.launch(kernel, 9, x, q, e)
+
+    def run(convert):
+        dx, dq, e = convert(np.zeros(700)), convert(np.zeros(700)), convert(np.zeros(9))
+        pad.autodiff(
+            program, pad.Dup(convert(x), dx), pad.Dup(convert(q), dq), pad.Dup(e, convert(seed)), fuse=fuse
+        )
+        return [arrays.to_host(a) for a in (dx, dq, e)]
+
+    for got, want in zip(run(device), run(np.asarray), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)
