@@ -5,7 +5,7 @@ broadcasts the protein, (natpro, 1), against the poses, (1, nposes), takes the r
 ``jnp.where`` and sums over the protein axis. Gradients are ``jax.grad`` of the energies' sum with respect to
 the protein coordinates, the poses and the forcefield. Times each and prints one JSON object.
 
-Usage: ``python scripts/bench_minibude_jax.py DECK_DIR [--poses N] [--iterations N] [--check]``. ``--check``
+Usage: ``python scripts/bench_minibude_jax.py DECK_DIR [--poses N] [--iterations N] [--check] [--json PATH]``. ``--check``
 compares the energies and gradients with pad's (CPU threads) and fails on a mismatch.
 """
 
@@ -15,6 +15,7 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -110,6 +111,7 @@ def main() -> int:
     p.add_argument("--poses", type=int, default=0, help="the deck's first N poses (default: all)")
     p.add_argument("--iterations", type=int, default=20)
     p.add_argument("--check", action="store_true", help="compare with pad's energies and gradients")
+    p.add_argument("--json", metavar="PATH", help="also write the results here")
     args = p.parse_args()
     deck = read_deck(args.deck)
     if args.poses:
@@ -140,6 +142,8 @@ def main() -> int:
     if args.check:
         result["diff_from_pad"] = check_against_pad(deck, outputs)
     print(json.dumps(result, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
     return 1 if args.check and max(result["diff_from_pad"].values()) > 2e-3 else 0
 
 

@@ -163,6 +163,41 @@ def minibude() -> list[str]:
     return [*_table(header, rows), *_caption(*recs)]
 
 
+def minibude_gpu() -> list[str]:
+    """pad's miniBUDE gradients on a GPU beside the JAX peer's, from one session on one machine."""
+    jax = _one("gpu-minibude-jax.json")
+    j = jax["result"]
+    recs = _load("gpu-minibude-[!j]*.json")
+    rows = []
+    for rec in recs:
+        r = rec["result"]
+        wrt = r["wrt"]
+        theirs = j[f"time_grad_{wrt}_s"]
+        rows.append(
+            [
+                wrt,
+                _ms(r["time_primal_s"]),
+                _ms(r["time_grad_s"]),
+                f"{r['overhead']:.2f}x",
+                _ms(j["time_energies_s"]),
+                _ms(theirs),
+                f"{j[f'overhead_grad_{wrt}']:.2f}x",
+                f"{theirs / r['time_grad_s']:.2f}x",
+            ]
+        )
+    header = [
+        "gradient wrt",
+        "pad energies",
+        "pad gradient",
+        "pad ratio",
+        "JAX energies",
+        "JAX gradient",
+        "JAX ratio",
+        "pad's gradient faster by",
+    ]
+    return [*_table(header, rows), *_caption(*recs, jax)]
+
+
 def lulesh() -> list[str]:
     """pad's LULESH against the C++ original (FOM: zones per ms), then the corner-force study, per record."""
     out = []
@@ -355,6 +390,7 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "headline": headline,
     "kernels": kernels,
     "minibude": minibude,
+    "minibude-gpu": minibude_gpu,
     "mpi": mpi,
     "checkpoint": checkpoint,
     "lulesh": lulesh,
