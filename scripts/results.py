@@ -193,9 +193,42 @@ def minibude_gpu() -> list[str]:
         "JAX energies",
         "JAX gradient",
         "JAX ratio",
-        "pad's gradient faster by",
+        "JAX gradient / pad gradient",
     ]
     return [*_table(header, rows), *_caption(*recs, jax)]
+
+
+def gpu_kernels() -> list[str]:
+    """``bench_gpu.py``: pad's kernel gradients on a GPU beside JAX's, and the cost of a launch."""
+    rec = _one("gpu-kernels.json")
+    r = rec["result"]
+    rows = []
+    for name, c in r["pad"].items():
+        j = r["jax"].get(name, {})
+        theirs = (
+            [_ms(j["primal_s"]), _ms(j["gradient_s"]), f"{j['ratio']:.2f}x"] if "ratio" in j else ["", "", ""]
+        )
+        rows.append([name, _ms(c["primal_s"]), _ms(c["gradient_s"]), f"{c['ratio']:.2f}x", *theirs])
+    launch = r["launch_overhead"]
+    rows.append(["empty launch", _us(launch["pad_us"] * 1e-6), "", "", "", "", ""])
+    header = ["case", "pad primal", "pad gradient", "pad ratio", "JAX primal", "JAX gradient", "JAX ratio"]
+    return [*_table(header, rows), *_caption(rec)]
+
+
+def lulesh_gpu() -> list[str]:
+    """LULESH's per-cycle gradient on a GPU (``--mode grad --device gpu``)."""
+    rec = _one("gpu-lulesh-grad.json")
+    r = rec["result"]
+    check = r["checks"]["gradient"]
+    row = [
+        f"-s {r['problem']['size']} -i {r['iterations']}",
+        _ms(r["time_primal_s"]),
+        _ms(r["time_grad_s"]),
+        f"{r['overhead']:.2f}x",
+        f"{check['dot_product']['rel_error']:.1e} / {check['direction']['rel_error']:.1e}",
+    ]
+    header = ["problem", "primal per cycle", "gradient per cycle", "ratio", "check: dot product / direction"]
+    return [*_table(header, [row]), *_caption(rec)]
 
 
 def lulesh() -> list[str]:
@@ -369,6 +402,16 @@ def headline() -> list[str]:
         if i == 0:
             rows.append(("miniBUDE bm1 energies, G-interactions/s", f"{r['ginteractions_per_s']:.2f}", rec))
         rows.append((f"miniBUDE bm1 gradient wrt {r['wrt']} / energies", f"{r['overhead']:.2f}x", rec))
+    protein, jax = _one("gpu-minibude-protein.json"), _one("gpu-minibude-jax.json")
+    r = protein["result"]
+    rows.append(
+        ("miniBUDE bm1 on an H100: gradient wrt protein / energies", f"{r['overhead']:.2f}x", protein)
+    )
+    speed = jax["result"]["time_grad_protein_s"] / r["time_grad_s"]
+    rows.append(("miniBUDE bm1 on an H100: JAX's protein gradient / pad's", f"{speed:.2f}x", jax))
+    lulesh_gpu = _one("gpu-lulesh-grad.json")
+    ratio = lulesh_gpu["result"]["overhead"]
+    rows.append(("LULESH -s 60 on an H100: per-cycle gradient / primal", f"{ratio:.2f}x", lulesh_gpu))
     m = _one("mpi-2.json")
     allreduce = next(
         o for o in m["result"]["ops"] if o["op"] == "Allreduce SUM" and o["bytes_per_rank"] == 65536
@@ -391,6 +434,8 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "kernels": kernels,
     "minibude": minibude,
     "minibude-gpu": minibude_gpu,
+    "gpu-kernels": gpu_kernels,
+    "lulesh-gpu": lulesh_gpu,
     "mpi": mpi,
     "checkpoint": checkpoint,
     "lulesh": lulesh,
