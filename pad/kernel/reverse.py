@@ -9,6 +9,10 @@ The scheme (Tapenade's, with recomputation of loop bodies):
   per iteration, the few carried scalars the body's reverse needs (usually none), and the reverse sweep
   re-runs each iteration forward from them before its adjoint. Other loops *store*: their body saves its
   own overwritten values each iteration. ``while`` loops and loops left early push their trip count.
+- A recomputed loop whose iterations commute (every scalar it carries a pure sum, no plain stores, nothing
+  but the sums read after it) is reversed in forward order: its sums' adjoints stay as they are, and the
+  adjoints of its temporaries start each iteration at zero, so iterations hand each other nothing but sums
+  (GPU lanes may then share them).
 - Branch decisions and loop bounds are ordinary variables, saved by the same rule when overwritten.
 Dead code (forward values the reverse does not need) is removed afterwards.
 """
