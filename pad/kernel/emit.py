@@ -479,7 +479,7 @@ class CudaPrinter(Printer):
     def column(self) -> str:
         """This thread's column of the tape: its launch index, or its own where lanes share an index (the
         lanes of a group push and pop alike, but not in step)."""
-        return "cuda.grid(1)" if self.split else "_tid"
+        return "_col" if self.split else "_tid"
 
     def fill(self, s: Fill) -> list[str]:
         value = self.expr(s.value, self.type_of(s.array))
@@ -537,7 +537,7 @@ def cuda_kernel_source(
     p.lines += [f"@cuda.jit(fastmath={fastmath}, cache=True{cap})", f"def {launcher.name}({args}):"]
     p.lines.append("    _tid = cuda.grid(1)")
     if p.split:  # _G consecutive lanes (a power of two, at most 16) per launch index
-        p.lines += ["    _lane = _tid % _G", "    _tid //= _G"]
+        p.lines += ["    _col = _tid", "    _lane = _tid % _G", "    _tid //= _G"]
     for acc in launcher.accumulators:
         p.lines.append(f"    _acc{acc} = 0.0")
     for array, halo in tiles.items():
