@@ -559,16 +559,15 @@ def split_loops(body: list[Stmt], private_arrays: set[str]) -> dict[int, set[str
     """Loops a group of GPU lanes can share, one iteration per lane in turn: id() -> the sums to combine.
 
     An innermost ``for`` whose trip count is not a literal qualifies when it only reads memory, sums
-    (:func:`carried_sums`) and adds into
-    arrays that neither each lane's ``private_arrays`` nor anything the kernel reads: no plain stores,
-    stack operations, ``break`` or ``return``, and nothing it assigns but its sums is read after it (an
-    order-free adjoint loop, for one). Each lane then sums its share and adds its iterations' terms into
-    the arrays, the group adds the lanes' sums, after which all lanes hold the loop's results. (Everything
-    else the lanes of a group run alike, on the same values.)
+    (:func:`carried_sums`) and adds into arrays that are neither each lane's ``private_arrays`` nor read by
+    the kernel: no plain stores, stack operations, ``break`` or ``return``, and nothing it assigns but its
+    sums is read after it (an order-free adjoint loop, for one). Each lane then sums its share and adds its
+    iterations' terms into the arrays, the group adds the lanes' sums, after which all lanes hold the
+    loop's results. (Everything else the lanes of a group run alike, on the same values.)
     """
     found: dict[int, set[str]] = {}
     loops = [s for s in walk(body) if isinstance(s, For)]
-    loaded = loaded_arrays(body)
+    unshared = private_arrays | loaded_arrays(body)
     exits = live_at_exits(body)
     for loop in loops:
         if all(isinstance(b, Lit) for b in (loop.start, loop.stop, loop.step)):
@@ -577,12 +576,17 @@ def split_loops(body: list[Stmt], private_arrays: set[str]) -> dict[int, set[str
         if any(isinstance(x, (For, While, Fill, Push, Pop, Break, Return)) for x in inner):
             continue
         stores = [x for x in inner if isinstance(x, Store)]
-        if any(not x.accumulate or x.array in private_arrays | loaded for x in stores):
+        if any(not x.accumulate or x.array in unshared for x in stores):
             continue
         sums = carried_sums(loop)
-        if sums is not None and not (assigned(loop.body) | {loop.var}) - sums & exits[id(loop)]:
+        if sums is not None and only_sums_outlive(loop, sums, exits[id(loop)]):
             found[id(loop)] = sums
     return found
+
+
+def only_sums_outlive(loop: For, sums: set[str], live_after: set[str]) -> bool:
+    """Is nothing ``loop`` assigns but its ``sums`` live after it? (Else its last iteration is special.)"""
+    return not (assigned(loop.body) | {loop.var}) - sums & live_after
 
 
 def live_at_exits(body: list[Stmt]) -> dict[int, set[str]]:

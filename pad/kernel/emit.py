@@ -446,11 +446,11 @@ class CudaPrinter(Printer):
             return [*head, f"for {s.var} in range({start} + ({step}) * _lane, {stop}, ({step}) * _G):"]
         assert s.start == Lit(0) and s.step == Lit(1)
         stop = self.expr(s.stop, "i")
-        lanes = "_lane, {stop}, _G" if shared else "{stop}"
+        turns = f"_lane, {stop}, _G" if shared else stop
         return [
             *head,
             f"_o{s.var} = (_tid // 32 * 8) % {stop} if {stop} > 0 else 0",
-            f"for _r{s.var} in range({lanes.format(stop=stop)}):",
+            f"for _r{s.var} in range({turns}):",
             f"    {s.var} = _r{s.var} + _o{s.var}",
             f"    if {s.var} >= {stop}:",
             f"        {s.var} -= {stop}",

@@ -31,6 +31,7 @@ from pad.kernel.analysis import (
     exposed_under_guards,
     live_at_exits,
     liveness,
+    only_sums_outlive,
     owned,
     running_extreme,
 )
@@ -413,7 +414,7 @@ class Reverse:
             return None
         sums = carried_sums(s)
         after = self._exits.get(id(s))  # None: a loop this pass made, not the kernel's (never order-free)
-        if sums is None or after is None or (assigned(s.body) | {s.var}) - sums & after:
+        if sums is None or after is None or not only_sums_outlive(s, sums, after):
             return None
         return sums
 
