@@ -167,7 +167,7 @@ def minibude_gpu() -> list[str]:
     """pad's miniBUDE gradients on a GPU beside the JAX peer's, from one session on one machine."""
     jax = _one("gpu-minibude-jax.json")
     j = jax["result"]
-    recs = _load("gpu-minibude-[!j]*.json")
+    recs = [rec for rec in _load("gpu-minibude-*.json") if "wrt" in rec["result"]]
     rows = []
     for rec in recs:
         r = rec["result"]
@@ -196,6 +196,22 @@ def minibude_gpu() -> list[str]:
         "JAX gradient / pad gradient",
     ]
     return [*_table(header, rows), *_caption(*recs, jax)]
+
+
+def minibude_gpu_hand() -> list[str]:
+    """pad's fused miniBUDE gradient wrt the protein on a GPU beside a hand-written kernel of the same design."""
+    rec = _one("gpu-minibude-hand.json")
+    r = rec["result"]
+    rows = [
+        [what, _ms(r[f"{key}_s"]), f"{r[f'{key}_ratio']:.2f}x", f"{r['pad_gradient_s'] / r[f'{key}_s']:.2f}x"]
+        for what, key in (
+            ("pad (derived)", "pad_gradient"),
+            ("hand-written, pad's rule at ties", "hand_split"),
+            ("hand-written, slope only below the cut-off", "hand_below"),
+        )
+    ]
+    header = ["gradient wrt the protein", "time", f"/ energies ({_ms(r['energies_s'])})", "pad / this"]
+    return [*_table(header, rows), *_caption(rec)]
 
 
 def gpu_kernels() -> list[str]:
@@ -434,6 +450,7 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "kernels": kernels,
     "minibude": minibude,
     "minibude-gpu": minibude_gpu,
+    "minibude-gpu-hand": minibude_gpu_hand,
     "gpu-kernels": gpu_kernels,
     "lulesh-gpu": lulesh_gpu,
     "mpi": mpi,
