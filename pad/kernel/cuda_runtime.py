@@ -5,7 +5,8 @@ the few scalar operations numba's CUDA target lacks (NumPy's float floor and cei
 For ``arr[j] += value`` with ``j`` probably the same on every lane of a warp (an adjoint accumulating into
 a parameter every thread reads), generated code asks ``uniform(j, 1)``: when the whole warp is converged
 there with one ``j`` (checked at run time), it sums the lanes' values with ``warp_sum`` and one lane adds
-atomically, 32x fewer atomics on one address; otherwise every lane adds atomically. In a loop that groups of
+atomically, 32x fewer atomics on one address; otherwise every lane adds atomically (either way, only
+where something is not zero: ``warp_any``). In a loop that groups of
 ``g`` lanes share, the lanes at the same place in their groups are at the same iteration: ``uniform(j, g)``
 and ``warp_sum(v, g)`` take those lanes together, and the first group's lanes add. numba's CUDA simulator
 has no warp shuffles (``WARP_SHUFFLES`` is False there): every lane adds atomically.
@@ -43,6 +44,12 @@ def warp_sum(v, g):  # type: ignore[no-untyped-def]
     if g <= 1:
         v += cuda.shfl_xor_sync(FULL, v, 1)
     return v
+
+
+@cuda.jit(device=True)
+def warp_any(p):  # type: ignore[no-untyped-def]
+    """True on every lane iff ``p`` holds on some lane of the warp (which must be converged, all here)."""
+    return cuda.any_sync(FULL, p)
 
 
 @cuda.jit(device=True)

@@ -379,7 +379,8 @@ class CudaPrinter(Printer):
 
     def aggregated(self, run: list[Store]) -> list[str]:
         """Where the whole warp is here with the same index, it sums each value with shuffles and one lane
-        adds atomically (32x fewer atomics on one address); elsewhere every lane adds atomically.
+        adds atomically (32x fewer atomics on one address); elsewhere every lane adds atomically. Either
+        way nothing is summed or added where every value is zero.
 
         In a shared loop the lanes of a group are at different iterations, and the lanes at the same place
         in their groups at the same one: those are summed, and the first group's lanes add.
@@ -389,15 +390,18 @@ class CudaPrinter(Printer):
         names = sorted(uniform_add_names(run[0], self.varying) or ()) or ["0"]
         check = " and ".join(f"uniform({self.current(n)}, {g})" for n in names)
         sums = [f"_w{self.groups}_{k}" for k in range(len(run))]
-        lines = [f"if WARP_SHUFFLES and {check}:"]
-        lines += [
-            f"    {w} = warp_sum({self.expr(s.value, self.type_of(s.array))}, {g})"
-            for w, s in zip(sums, run, strict=True)
+        values = [self.expr(s.value, self.type_of(s.array)) for s in run]
+        # Adds of zero are skipped: an adjoint past a cut-off (a pair potential's) is zero almost everywhere.
+        lines = [
+            f"if WARP_SHUFFLES and {check}:",
+            f"    if warp_any({' | '.join(f'({v} != 0)' for v in values)}):",
         ]
-        lines.append(f"    if cuda.laneid < {g}:")
-        lines += [f"        {self.atomic_add(s, w)}" for w, s in zip(sums, run, strict=True)]
+        lines += [f"        {w} = warp_sum({v}, {g})" for w, v in zip(sums, values, strict=True)]
+        lines.append(f"        if cuda.laneid < {g}:")
+        lines += [f"            {self.atomic_add(s, w)}" for w, s in zip(sums, run, strict=True)]
         lines.append("else:")
-        lines += [f"    {self.atomic_add(s, self.expr(s.value, self.type_of(s.array)))}" for s in run]
+        for s, v in zip(run, values, strict=True):
+            lines += [f"    if {v} != 0:", f"        {self.atomic_add(s, v)}"]
         return lines if self.sharing else self.first_lane(lines)
 
     def first_lane(self, lines: list[str]) -> list[str]:
@@ -683,6 +687,7 @@ from pad.kernel.cuda_runtime import (  # first: the numpy shim
     group_sum,
     group_sync,
     uniform,
+    warp_any,
     warp_sum,
 )
 from numba import cuda
