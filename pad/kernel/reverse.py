@@ -146,7 +146,7 @@ class Reverse:
             code = _drop_ids(fwd, self.moved) + _drop_stores(rev, droppable, keep=self.remade)
         else:
             code = _drop_stores(fwd + rev, droppable)
-        code, _ = liveness(_fold_zero_adds(code, set())[0], live_out, prune=True)
+        code, _ = liveness(_merge_ifs(_fold_zero_adds(code, set())[0]), live_out, prune=True)
         return _drop_idle_saves(code)
 
     # -- regions ---------------------------------------------------------------------------------------
@@ -615,6 +615,28 @@ def _fold_zero_adds(stmts: list[Stmt], zeros: set[str]) -> tuple[list[Stmt], set
             s = map_blocks(s, functools.partial(_fold_zero_adds_in, zeros=frozenset(known)))
         out.append(s)
     return out, known
+
+
+def _merge_ifs(stmts: list[Stmt]) -> list[Stmt]:
+    """``if c: A`` directly followed by ``if c: B`` (``A`` leaving ``c`` as it was) made one ``if c: A; B``.
+
+    A recomputed loop's body is its forward sweep then its reverse, each with the branch: merged, what the
+    forward branch sets and the reverse one reads is no longer live around the loop on the path that skips
+    both, so the loop can stay one whose iterations commute (GPU lanes then share it), with one branch less.
+    """
+    out: list[Stmt] = []
+    for s in (map_blocks(x, _merge_ifs) for x in stmts):
+        last = out[-1] if out else None
+        if (
+            isinstance(s, If)
+            and isinstance(last, If)
+            and s.cond == last.cond
+            and not set(names_in(s.cond)) & assigned([last])
+        ):
+            out[-1] = If(s.cond, last.body + s.body, last.orelse + s.orelse, line=last.line)
+        else:
+            out.append(s)
+    return out
 
 
 def _fold_zero_adds_in(block: list[Stmt], zeros: frozenset[str]) -> list[Stmt]:
