@@ -175,6 +175,31 @@ def sum_and_last(i, x, e):
     e[i] = total + last
 
 
+@pad.kernel
+def cut_off_pairs(i, x, q, e):
+    total = 0.0
+    for j in range(x.shape[0]):
+        d = x[i] - x[j]
+        r2 = d * d + 0.01
+        if r2 < 0.25:  # the adjoint recomputes d and r2 and branches again: one branch once merged
+            total += q[i] * q[j] / math.sqrt(r2)
+    e[i] = total
+
+
+def test_adjoint_of_a_loop_with_a_cut_off_shares_its_loop_and_matches_differences():
+    """The adjoint recomputes the loop's forward branch beside its reverse one; merged, nothing the forward
+    branch sets looks live around the loop, so the lanes of a group still share the loop."""
+    rng = np.random.default_rng(12)
+    x, q = rng.uniform(-1, 1, 60), rng.uniform(-1, 1, 60)
+    assert cut_off_pairs.variant((x, q, x), "adjoint", (True, True, True), target="cuda").shares_loops
+    pad.check_grad(
+        lambda x, q, e: pad.launch(cut_off_pairs, 60, x, q, e),
+        pad.Dup(device(x), device(np.zeros(60))),
+        pad.Dup(device(q), device(np.zeros(60))),
+        pad.Dup(device(np.zeros(60)), device(np.zeros(60))),
+    )
+
+
 def test_launch_of_few_indices_shares_its_sum_loops_and_agrees_with_numpy():
     """On a GPU a group of lanes shares each launch index's inner sum loop (one lane on the simulator)."""
     rng = np.random.default_rng(11)
