@@ -14,7 +14,9 @@ The scheme (Tapenade's, with recomputation of loop bodies):
   adjoints of its temporaries start each iteration at zero, so iterations hand each other nothing but sums
   (GPU lanes may then share them).
 - Branch decisions and loop bounds are ordinary variables, saved by the same rule when overwritten.
-Dead code (forward values the reverse does not need) is removed afterwards.
+Then the adjoint is tidied: additions of adjoints known to be zero go, what follows a branch and does
+nothing where it is skipped (a zero adjoint's scatter past a cut-off) moves into it, and adjacent branches on
+one condition merge. Dead code (forward values the reverse does not need) is removed last.
 """
 
 from __future__ import annotations
@@ -592,29 +594,71 @@ def _fold_zero_adds(stmts: list[Stmt], zeros: set[str]) -> tuple[list[Stmt], set
     """
     known = set(zeros)
     out: list[Stmt] = []
-    for s in stmts:
+    rest = list(stmts)
+    while rest:
+        s = rest.pop(0)
         if isinstance(s, Assign):
             value = _without_zero(s.value, known)
             known.discard(s.target)
-            if (
-                isinstance(value, Lit)
-                and value.typed
-                and not isinstance(value.value, bool)
-                and value.value == 0
-            ):
+            if _is_zero(value, set()):
                 known.add(s.target)
             s = Assign(s.target, value, line=s.line)
         elif isinstance(s, Store) and s.accumulate and isinstance(s.value, Name) and s.value.id in known:
             continue
         elif isinstance(s, If):
-            body, after_body = _fold_zero_adds(s.body, known)
             orelse, after_orelse = _fold_zero_adds(s.orelse, known)
+            tail, zeroed = _idle_tail(rest, after_orelse)
+            if tail:  # what follows does nothing where the branch is skipped: it moves into the branch
+                del rest[: len(tail)]
+                skipped = s.orelse + [Assign(t, Lit(0.0, typed=True), line=s.line) for t in zeroed]
+                orelse, after_orelse = _fold_zero_adds(skipped, known)
+            body, after_body = _fold_zero_adds(s.body + tail, known)
             s, known = If(s.cond, body, orelse, line=s.line), after_body & after_orelse
         else:  # in a loop, what an iteration assigns is not zero when the next one starts
             known -= assigned([s])
             s = map_blocks(s, functools.partial(_fold_zero_adds_in, zeros=frozenset(known)))
         out.append(s)
     return out, known
+
+
+def _idle_tail(stmts: list[Stmt], zeros: set[str]) -> tuple[list[Stmt], list[str]]:
+    """The leading ``stmts`` that do nothing while ``zeros`` are zero but add zeros and set names to zero
+    (a zero adjoint's products and copies), and the names they set.
+
+    After ``if r2 < cut: _b_r2 = ...`` the adjoint's scatter of ``_b_r2`` into the coordinates does nothing
+    where the branch was skipped, which in a cut-off loop is nearly every trip: moved into the branch, those
+    trips skip it, as the primal's do. A product of a zero adjoint counts as zero even by a value that is
+    not finite: a skipped branch contributes nothing.
+    """
+    known = set(zeros)
+    names: list[str] = []
+    for k, s in enumerate(stmts):
+        if isinstance(s, Store) and s.accumulate and _is_zero(s.value, known):
+            continue
+        if isinstance(s, Assign) and _without_zero(s.value, known) == Name(s.target):
+            continue
+        if not (isinstance(s, Assign) and _is_zero(s.value, known)):
+            return stmts[:k], names
+        known.add(s.target)
+        names.append(s.target)
+    return list(stmts), names
+
+
+def _is_zero(e: Expr, zeros: set[str]) -> bool:
+    """Whether ``e`` is zero while the names in ``zeros`` are."""
+    if isinstance(e, Name):
+        return e.id in zeros
+    if isinstance(e, Lit):
+        return e.typed and not isinstance(e.value, bool) and e.value == 0
+    if not isinstance(e, Call):
+        return False
+    if e.op in ("neg", "div"):
+        return _is_zero(e.args[0], zeros)
+    if e.op == "mul":
+        return any(_is_zero(a, zeros) for a in e.args)
+    if e.op in ("add", "sub"):
+        return all(_is_zero(a, zeros) for a in e.args)
+    return False
 
 
 def _merge_ifs(stmts: list[Stmt]) -> list[Stmt]:

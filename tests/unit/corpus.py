@@ -710,6 +710,30 @@ def _pairwise():
 
 
 @pad.kernel
+def k_cut_off(i, pos, q, energy):
+    e = 0.0
+    for j in range(pos.shape[0]):
+        dx = pos[i, 0] - pos[j, 0]
+        dy = pos[i, 1] - pos[j, 1]
+        r2 = dx * dx + dy * dy + 0.01
+        if r2 < 4.0:  # the distances' adjoints, zero past the cut-off, move into the branch
+            e += q[i] * q[j] * (1.0 / math.sqrt(r2) - 0.5)
+    energy[i] = e
+
+
+@case("pair energy with a cut-off")
+def _cut_off():
+    def prog(pos, q, energy):
+        pad.launch(k_cut_off, pos.shape[0], pos, q, energy)
+
+    def args(rng, dt):
+        pos = rng.uniform(0, 8, (24, 2)).astype(dt)
+        return dup(pos), dup(arr(rng, 24, dt, -1, 1)), dup(arr(rng, 24, dt))
+
+    return prog, args
+
+
+@pad.kernel
 def k_energy_sum(i, x, total):
     total[0] += x[i] * x[i] * 0.5
 
