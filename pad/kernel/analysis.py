@@ -275,10 +275,12 @@ def _invariant(e: Expr, defs: Definitions) -> Expr | None:
 
 
 def overwritten_arrays(body: list[Stmt], launch_index: str, kinds: dict[str, Kind]) -> dict[str, int]:
-    """1-D global arrays the kernel never reads and that every iteration ``i`` stores to at ``i + c``.
+    """1-D global arrays the kernel never reads and that every iteration ``i`` stores to exactly once, at
+    ``i + c``, whichever way its branches go.
 
     Maps each to its constant offset ``c``: a launch over ``range(n)`` overwrites ``a[c : c + n]`` whatever
-    the array held (the store is unconditional, at the top level of the body; ``a[j] += v`` reads ``a``).
+    the array held (``a[j] += v`` reads ``a``). Each element then has one store, so its adjoint reads the
+    element's seed once: a CPU adjoint clears the seeds after its loop instead of one by one.
     """
     assigns: dict[str, list[Stmt]] = {}
     for s in walk(body):
@@ -311,17 +313,58 @@ def overwritten_arrays(body: list[Stmt], launch_index: str, kinds: dict[str, Kin
                 return None if base is None else base + a.value
         return None
 
+    # Along each path: the arrays stored once so far, with their offsets; ``spoiled`` those stored twice,
+    # in a loop, at an index that is not ``i + c``, or on some paths only.
+    spoiled: set[str] = set()
+    ends: list[dict[str, int]] = []
+
+    def merge(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
+        spoiled.update(k for k in a.keys() ^ b.keys())
+        spoiled.update(k for k in a.keys() & b.keys() if a[k] != b[k])
+        return {k: c for k, c in a.items() if b.get(k) == c}
+
+    def follow(block: list[Stmt], once: dict[str, int] | None, at: int | None) -> dict[str, int] | None:
+        """``once`` after ``block`` (None once every path through it has returned)."""
+        for s in block:
+            if once is None:
+                return None
+            k = top[id(s)] if at is None else at
+            if isinstance(s, Store) and not s.accumulate and len(s.index) == 1:
+                c = offset(s.index[0], k)
+                if s.array in once or c is None:
+                    spoiled.add(s.array)
+                once = {**once, s.array: c} if c is not None else once
+            elif isinstance(s, If):
+                after = [x for x in (follow(s.body, once, k), follow(s.orelse, once, k)) if x is not None]
+                once = merge(*after) if len(after) == 2 else (after[0] if after else None)
+            elif isinstance(s, Return):
+                ends.append(once)
+                return None
+            else:
+                spoiled.update(x.array for x in walk([s]) if isinstance(x, (Store, Fill)))
+        return once
+
+    end = follow(body, {}, None)
+    if end is not None:
+        ends.append(end)
+    if not ends:
+        return {}
+    stored = ends[0]
+    for other in ends[1:]:
+        stored = merge(stored, other)
     read = loaded_arrays(body) | {s.array for s in walk(body) if isinstance(s, Store) and s.accumulate}
     out: dict[str, int] = {}
-    for k, s in enumerate(body):
-        if not isinstance(s, Store) or s.accumulate or s.array in read or s.array in out or len(s.index) != 1:
+    for array, c in stored.items():
+        kind = kinds.get(array)
+        if (
+            array in read
+            or array in spoiled
+            or not isinstance(kind, ArrayKind)
+            or kind.local
+            or kind.ndim != 1
+        ):
             continue
-        kind = kinds.get(s.array)
-        if not isinstance(kind, ArrayKind) or kind.local or kind.ndim != 1:
-            continue
-        c = offset(s.index[0], k)
-        if c is not None:
-            out[s.array] = c
+        out[array] = c
     return out
 
 

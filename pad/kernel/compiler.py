@@ -118,6 +118,7 @@ def build(
     reduced = reduced_arrays(low.body, launch_index, low.kinds, low.filename, defs)
     arrays = [k for k, p in enumerate(params) if isinstance(low.kinds[p], ArrayKind)]
     loaded_names, stored_names = loaded_arrays(low.body), stored_arrays(low.body)
+    overwrites = overwritten_arrays(low.body, launch_index, low.kinds)
     active_arrays = [k for k in arrays if active[k]]
     active_scalars = [k for k, p in enumerate(params) if active[k] and k not in arrays]
     name = f"{fn.__name__}_{mode}" + ("_cuda" if target == "cuda" else "")
@@ -139,6 +140,9 @@ def build(
         shared = _shared_reads(low.body, act, launch_index, defs) - stored_names
         rev = Reverse(low.body, low.kinds, types, act, launch_index, low.namer, shared, defs)
         rev.fused = mode == "fused"
+        if target == "cpu":
+            rev.cleared = frozenset(a for a in overwrites if a in act.arrays)
+            launcher.clears = [(adj(a), overwrites[a]) for a in sorted(rev.cleared)]
         live_out = {adj(params[k]) for k in active_scalars}
         body = rev.sweep(live_out, droppable=set(params) - loaded_names)
         launcher.extras += [adj(params[k]) for k in active_arrays]
@@ -170,7 +174,7 @@ def build(
         {index[a] for a in loaded_names if a in index},
         {index[a] for a in stored_names if a in index},
         privates,
-        {index[a]: c for a, c in overwritten_arrays(low.body, launch_index, low.kinds).items() if a in index},
+        {index[a]: c for a, c in overwrites.items() if a in index},
         target,
         fn.__name__,
         # A fused launch makes every output: its outputs are not read, and no output is reduced into.

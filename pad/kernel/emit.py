@@ -221,6 +221,9 @@ class Launcher:
     waves: bool = False
     # Reverse mode: the stack depth of every launch index, when known at compile time (else they grow).
     stack: int | None = None
+    # Reverse mode: shadows whose seeds the chunk sets to zero after a block of launch indices, at
+    # ``index + offset`` (``Reverse.cleared``).
+    clears: list[tuple[str, int]] = field(default_factory=list)
 
 
 def _names(stmts: list[Stmt]) -> Counter[str]:
@@ -261,6 +264,9 @@ def _renamable(body: list[Stmt], launch_index: str) -> set[str]:
     return out - {launch_index}
 
 
+CLEAR_BLOCK = 2048  # launch indices per block whose seeds a CPU adjoint clears together
+
+
 def launcher_source(
     launcher: Launcher,
     launch_index: str,
@@ -294,17 +300,27 @@ def launcher_source(
         p.lines.append(f"        _pv{base} = {base if launcher.waves else f'{buf}[_c]'}")
     for acc in launcher.accumulators:
         p.lines.append(f"        _acc{acc} = {_ZERO[p.type_of(acc)]}")
-    p.lines.append(f"        for {launch_index} in range(_lo, _hi):")
+    # Seeds that the adjoint reads once per launch index are cleared a block at a time, after the block.
+    level = 4 if launcher.clears else 3
+    tab = "    " * level
+    if launcher.clears:
+        p.lines.append(f"        for _blk in range(_lo, _hi, {CLEAR_BLOCK}):")
+        p.lines.append(f"            _end = min(_blk + {CLEAR_BLOCK}, _hi)")
+        p.lines.append(f"            for {launch_index} in range(_blk, _end):")
+    else:
+        p.lines.append(f"        for {launch_index} in range(_lo, _hi):")
     for k in kinds_used:
-        p.lines.append(f"            _n{k} = 0")
+        p.lines.append(f"{tab}_n{k} = 0")
     for name in init:
-        p.lines.append(f"            {p.define(name)} = {_ZERO.get(p.type_of(name), '0.0')}")
+        p.lines.append(f"{tab}{p.define(name)} = {_ZERO.get(p.type_of(name), '0.0')}")
     before = len(p.lines)
-    p.emit(body, 3)
+    p.emit(body, level)
     if len(p.lines) == before and not init and not launcher.accumulators:
-        p.lines.append("            pass")
+        p.lines.append(f"{tab}pass")
     for acc in launcher.accumulators:
-        p.lines.append(f"            _acc{acc} += {p.current(acc)}")
+        p.lines.append(f"{tab}_acc{acc} += {p.current(acc)}")
+    for shadow, offset in launcher.clears:
+        p.lines.append(f"            {shadow}[_blk + {offset} : _end + {offset}] = 0")
     for slot, acc in enumerate(launcher.accumulators):
         p.lines.append(f"        _act[_c, {slot}] = _acc{acc}")
     # The chunk index is cast: numba types a prange index int64 in the launcher but uint64 in the gufunc it

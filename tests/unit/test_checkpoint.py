@@ -165,7 +165,27 @@ def test_kernels_know_what_they_overwrite_unread():
             m = i + 1
         z[m] = x[i]
 
+    @pad.kernel
+    def either_way(i, x, y, z):
+        if i == 0:
+            y[i] = x[i]
+            z[i] = x[i]
+        else:
+            y[i] = x[i] * x[i - 1]
+            z[i] = 1.0
+            return
+        z[i] = 2.0
+
+    @pad.kernel
+    def returns_early(i, x, y, z):
+        z[i] = x[i]
+        if x[i] > 0.0:
+            return
+        y[i] = x[i]
+
     assert conditional.variant((x, x.copy()), "primal").overwrites == {}
+    assert either_way.variant((x, x.copy(), x.copy()), "primal").overwrites == {1: 0}  # z: twice on a path
+    assert returns_early.variant((x, x.copy(), x.copy()), "primal").overwrites == {2: 0}  # y: on one path
     assert data_index.variant((x, x.copy(), np.arange(N)), "primal").overwrites == {}
     assert shifted.variant((x, x.copy(), x.copy()), "primal").overwrites == {1: -1}  # z: index not affine
 

@@ -122,3 +122,29 @@ def test_python_floats_are_weak_in_float32_kernels():
     np.testing.assert_array_equal(above, a > 0.1)
     assert not above[0]  # float32(0.1) == 0.1 in float32; in float64 it is larger
     np.testing.assert_array_equal(strong, a.astype(np.float64) * STRONG)
+
+
+@pad.kernel
+def k_shifted_square(i, x, y):
+    j = i + 1
+    if x[i] > 0.0:
+        y[j] = x[i] * x[i]
+    else:
+        y[j] = 3.0 * x[i]
+
+
+def test_adjoint_consumes_the_seeds_of_what_each_index_overwrites_and_no_others():
+    """Every index stores ``y[i + 1]`` once, on either branch: the CPU adjoint clears those seeds a block of
+    indices at a time after reading them; the elements outside the launch keep theirs."""
+    rng = np.random.default_rng(5)
+    n = 5003  # two chunks, each over two blocks and a part of one
+    x, dy = rng.uniform(-1, 1, n), rng.uniform(0.5, 1.5, n + 3)
+    dx = rng.uniform(-1, 1, n)
+    expected_dx = dx + np.where(x > 0.0, 2.0 * x, 3.0) * dy[1 : n + 1]
+    seeds = dy.copy()
+    pad.autodiff(
+        lambda a, b: pad.launch(k_shifted_square, n, a, b), pad.Dup(x, dx), pad.Dup(np.zeros(n + 3), dy)
+    )
+    np.testing.assert_allclose(dx, expected_dx, rtol=1e-14)
+    assert not dy[1 : n + 1].any()
+    assert dy[0] == seeds[0] and (dy[n + 1 :] == seeds[n + 1 :]).all()
