@@ -313,21 +313,13 @@ def overwritten_arrays(body: list[Stmt], launch_index: str, kinds: dict[str, Kin
                 return None if base is None else base + a.value
         return None
 
-    # Along each path: the arrays stored once so far, with their offsets; ``spoiled`` those stored twice,
-    # in a loop, at an index that is not ``i + c``, or on some paths only.
+    # Along each path (``return`` is a flag by now: control flow is normalized): the arrays stored once so
+    # far, with their offsets; ``spoiled``: those stored twice, in a loop, at an index not ``i + c``, or on
+    # some paths only.
     spoiled: set[str] = set()
-    ends: list[dict[str, int]] = []
 
-    def merge(a: dict[str, int], b: dict[str, int]) -> dict[str, int]:
-        spoiled.update(k for k in a.keys() ^ b.keys())
-        spoiled.update(k for k in a.keys() & b.keys() if a[k] != b[k])
-        return {k: c for k, c in a.items() if b.get(k) == c}
-
-    def follow(block: list[Stmt], once: dict[str, int] | None, at: int | None) -> dict[str, int] | None:
-        """``once`` after ``block`` (None once every path through it has returned)."""
+    def follow(block: list[Stmt], once: dict[str, int], at: int | None) -> dict[str, int]:
         for s in block:
-            if once is None:
-                return None
             k = top[id(s)] if at is None else at
             if isinstance(s, Store) and not s.accumulate and len(s.index) == 1:
                 c = offset(s.index[0], k)
@@ -335,23 +327,14 @@ def overwritten_arrays(body: list[Stmt], launch_index: str, kinds: dict[str, Kin
                     spoiled.add(s.array)
                 once = {**once, s.array: c} if c is not None else once
             elif isinstance(s, If):
-                after = [x for x in (follow(s.body, once, k), follow(s.orelse, once, k)) if x is not None]
-                once = merge(*after) if len(after) == 2 else (after[0] if after else None)
-            elif isinstance(s, Return):
-                ends.append(once)
-                return None
+                a, b = follow(s.body, once, k), follow(s.orelse, once, k)
+                spoiled.update(a.keys() ^ b.keys(), (x for x in a.keys() & b.keys() if a[x] != b[x]))
+                once = {x: c for x, c in a.items() if b.get(x) == c}
             else:
                 spoiled.update(x.array for x in walk([s]) if isinstance(x, (Store, Fill)))
         return once
 
-    end = follow(body, {}, None)
-    if end is not None:
-        ends.append(end)
-    if not ends:
-        return {}
-    stored = ends[0]
-    for other in ends[1:]:
-        stored = merge(stored, other)
+    stored = follow(body, {}, None)
     read = loaded_arrays(body) | {s.array for s in walk(body) if isinstance(s, Store) and s.accumulate}
     out: dict[str, int] = {}
     for array, c in stored.items():

@@ -183,7 +183,16 @@ def test_kernels_know_what_they_overwrite_unread():
             return
         y[i] = x[i]
 
+    @pad.kernel
+    def returns_from_a_loop(i, x, y, z):
+        z[i] = x[i]
+        for k in range(3):
+            if x[i] > k:
+                return
+        y[i] = x[i]
+
     assert conditional.variant((x, x.copy()), "primal").overwrites == {}
+    assert returns_from_a_loop.variant((x, x.copy(), x.copy()), "primal").overwrites == {2: 0}
     assert either_way.variant((x, x.copy(), x.copy()), "primal").overwrites == {1: 0}  # z: twice on a path
     assert returns_early.variant((x, x.copy(), x.copy()), "primal").overwrites == {2: 0}  # y: on one path
     assert data_index.variant((x, x.copy(), np.arange(N)), "primal").overwrites == {}
