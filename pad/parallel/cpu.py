@@ -23,7 +23,7 @@ from numba import njit, prange
 from pad.kernel import Variant
 
 SPARE_BYTES = 1 << 30
-_spare: dict[tuple, np.ndarray] = {}  # zeroed private buffers, by (chunks, shape, dtype)
+_spare: dict[tuple, list[np.ndarray]] = {}  # zeroed private buffers, by (chunks, shape, dtype)
 _spare_lock = threading.Lock()
 
 
@@ -41,7 +41,8 @@ def _sum_rows_into(out: np.ndarray, rows: np.ndarray) -> None:
 def _zeroed(nchunks: int, base: np.ndarray) -> np.ndarray:
     """A zeroed buffer of one copy of ``base`` per chunk: a spare one if a launch left one."""
     with _spare_lock:
-        buffer = _spare.pop((nchunks, base.shape, base.dtype.str), None)
+        kept = _spare.get((nchunks, base.shape, base.dtype.str))
+        buffer = kept.pop() if kept else None
     return buffer if buffer is not None else np.zeros((nchunks, *base.shape), base.dtype)
 
 
@@ -52,9 +53,9 @@ def _reduce(base: np.ndarray, buffer: np.ndarray) -> None:
     else:
         base += buffer.sum(axis=0)
         buffer[...] = 0
-    with _spare_lock:
-        if sum(b.nbytes for b in _spare.values()) + buffer.nbytes <= SPARE_BYTES:
-            _spare[(buffer.shape[0], base.shape, base.dtype.str)] = buffer
+    with _spare_lock:  # a launch may need several buffers of one shape (LULESH's x, y and z)
+        if sum(b.nbytes for kept in _spare.values() for b in kept) + buffer.nbytes <= SPARE_BYTES:
+            _spare.setdefault((buffer.shape[0], base.shape, base.dtype.str), []).append(buffer)
 
 
 def run(

@@ -121,3 +121,31 @@ def test_a_kernel_body_is_compiled_once():
                 assert {sig[0] for sig in set(chunk.signatures) | cached} == {numba.int64}, (kernel, v.mode)
     finally:
         numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+
+
+@pad.kernel
+def k_corner_add(i, corner, x, f, g):
+    f[i % 3, corner[i] // 8, corner[i] % 8] += x[i]
+    g[i % 3, corner[i] // 8, corner[i] % 8] += x[i] * x[i]
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
+def test_private_buffers_of_one_shape_are_kept_zero_for_later_launches():
+    """Two arrays of one shape get a private buffer each; summing them zeroes them, and later launches take
+    them back (all of them, not one): each launch's sums stay exact."""
+    rng = np.random.default_rng(8)
+    corner = np.sort(rng.integers(0, 40 * 8, 6000))
+    x = rng.uniform(-1, 1, 6000)
+    expected_f, expected_g = np.zeros((3, 40, 8)), np.zeros((3, 40, 8))
+    at = (np.arange(6000) % 3, corner // 8, corner % 8)
+    np.add.at(expected_f, at, x)
+    np.add.at(expected_g, at, x * x)
+    numba.set_num_threads(2)
+    try:
+        for _ in range(3):
+            f, g = np.zeros((3, 40, 8)), np.zeros((3, 40, 8))
+            pad.launch(k_corner_add, 6000, corner, x, f, g)
+            np.testing.assert_allclose(f, expected_f, rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(g, expected_g, rtol=1e-12, atol=1e-12)
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
