@@ -35,6 +35,35 @@ __all__ = [
 ]
 
 
+# ---------------------------------------------------------------------------------------------- shadow pool
+POOL_BYTES = 1 << 30
+"""The host arrays that ``autodiff`` allocated for itself (shadows of arrays that came without one: a step's
+state, its intermediates; copies of values its adjoints need that the step overwrites) are kept, up to this
+many bytes, for the next ``autodiff``. A program differentiated step by step (LULESH's per-cycle gradient)
+would otherwise get fresh pages from the OS at every step, whose first touches fault: on the project's VM
+that was a tenth of LULESH's gradient time."""
+_pool: dict[tuple, list[np.ndarray]] = {}
+_pool_lock = threading.Lock()
+
+
+def _pooled(x: Any) -> np.ndarray | None:
+    """A kept host array of ``x``'s shape and dtype (any contents), if there is one."""
+    if not isinstance(x, np.ndarray):
+        return None
+    with _pool_lock:
+        kept = _pool.get((x.shape, x.dtype.str))
+        return kept.pop() if kept else None
+
+
+def _pool_arrays(owned: list[np.ndarray]) -> None:
+    with _pool_lock:
+        held = sum(a.nbytes for kept in _pool.values() for a in kept)
+        for a in owned:
+            if held + a.nbytes <= POOL_BYTES:
+                _pool.setdefault((a.shape, a.dtype.str), []).append(a)
+                held += a.nbytes
+
+
 # ---------------------------------------------------------------------------------------------- active scalars
 class ActiveScalar(float):
     """The float a differentiated function receives for an ``Active`` (or, in ``fwddiff``, a ``Dup``) scalar.
@@ -119,6 +148,9 @@ class Context:
         self._regions: dict[int, tuple[Callable[[], Any], Any]] = {}
         self._const_ids: dict[int, Any] = {}
         self._live: dict[tuple, Kept] = {}
+        # Arrays allocated for this context alone (no caller holds them), weakly: those still alive at the end
+        # go to the pool, and holding them would keep what the run frees early (checkpointing's copies).
+        self._owned: list[Callable[[], Any]] = []
         self._lock = threading.RLock()
         self.guard: Callable[[Record, list[Any]], Record] | None = None
         # autodiff(fuse=True): the last launch's primal run waits here; any later pad operation runs it
@@ -169,8 +201,30 @@ class Context:
             dx = self._view_of_registered(x)
             if dx is None and self._register_root(x):
                 dx = self._view_of_registered(x)
-            self._remember(x, arrays.zeros_like(x) if dx is None else dx, region=dx is None)
+            self._remember(x, self._zero_shadow(x) if dx is None else dx, region=dx is None)
             return self._shadow_by_id[id(x)][1]
+
+    def _zero_shadow(self, x: Any) -> Any:
+        dx = _pooled(x) if self.reverse_mode else None
+        if dx is None:
+            dx = arrays.zeros_like(x)
+        else:
+            dx.fill(0)
+        self._own(dx)
+        return dx
+
+    def _copy(self, x: Any) -> Any:
+        out = _pooled(x) if self.reverse_mode else None
+        if out is None:
+            out = arrays.copy(x)
+        else:
+            np.copyto(out, x)
+        self._own(out)
+        return out
+
+    def _own(self, a: Any) -> None:
+        if isinstance(a, np.ndarray):
+            self._owned.append(weakref.ref(a))
 
     def _register_root(self, x: Any) -> bool:
         """Give the array owning view ``x``'s memory a zero shadow, as a region; whether it did.
@@ -189,7 +243,7 @@ class Context:
             other = ref()
             if other is not None and arrays.may_share_memory(base, other):
                 return False
-        self._remember(base, arrays.zeros_like(base), region=True)
+        self._remember(base, self._zero_shadow(base), region=True)
         return True
 
     def _remember(self, x: Any, dx: Any, region: bool) -> None:
@@ -260,7 +314,7 @@ class Context:
             spans = [arrays.extent(a) for a in targets]
             for k, kept in list(self._live.items()):
                 if any(arrays.overlap(kept.extent, span) for span in spans):
-                    kept.array = arrays.copy(kept.array)
+                    kept.array = self._copy(kept.array)
                     kept.copied = True
                     del self._live[k]
 
@@ -471,6 +525,7 @@ def autodiff(f: Callable[..., Any], *args: Any, fuse: bool = False) -> tuple[flo
             _finish_forward(ctx)
             ctx.pending = None  # the last launch stays fused: its adjoint makes its outputs
             reverse_records(ctx.records)
+        _pool_arrays([a for a in (ref() for ref in ctx._owned) if a is not None])
     except BaseException:
         ctx.flush()  # a failed autodiff still leaves the primal results
         raise

@@ -148,3 +148,34 @@ def test_adjoint_consumes_the_seeds_of_what_each_index_overwrites_and_no_others(
     np.testing.assert_allclose(dx, expected_dx, rtol=1e-14)
     assert not dy[1 : n + 1].any()
     assert dy[0] == seeds[0] and (dy[n + 1 :] == seeds[n + 1 :]).all()
+
+
+@pad.kernel
+def k_square_in_place(i, x):
+    x[i] = x[i] * x[i]
+
+
+def test_repeated_autodiff_reuses_its_own_arrays_cleanly():
+    """Each autodiff allocates a shadow for the intermediate ``t`` and a copy of ``t`` before the second launch
+    overwrites it; the next autodiff takes both from the pool (zeroed, refilled) and gets the same gradient."""
+    from pad import tape
+
+    rng = np.random.default_rng(9)
+    x0 = rng.uniform(0.5, 1.5, 4096)
+    t = np.empty(4096)
+
+    def program(x, y):
+        t[:] = 0.0
+        pad.launch(k_shifted_square, 4095, x, t)  # t[i + 1] = x[i]^2 or 3 x[i]
+        pad.launch(k_square_in_place, 4096, t)
+        pad.launch(k_shifted_square, 4095, t, y)
+
+    grads = []
+    for _ in range(3):
+        dx = np.zeros(4096)
+        pad.autodiff(program, pad.Dup(x0.copy(), dx), pad.Dup(np.zeros(4096), np.ones(4096)))
+        grads.append(dx)
+    assert tape._pool.get(((4096,), "<f8"))  # t's shadow and its copy went back to the pool
+    np.testing.assert_array_equal(grads[1], grads[0])
+    np.testing.assert_array_equal(grads[2], grads[0])
+    assert np.abs(grads[0]).sum() > 0
