@@ -204,10 +204,12 @@ def activity(
 @dataclass(frozen=True)
 class Definitions:
     """What ``owned`` may look through: the values of names assigned exactly once, at the top level of the
-    kernel body (outside loops and branches), and the scalar parameters the body never assigns."""
+    kernel body (outside loops and branches), the scalar parameters the body never assigns, and the loop
+    variables whose ranges partition by launch index (``range(g(i), g(i + 1))``, ``g(x) = x * a // b``)."""
 
     values: dict[str, Expr]
     invariant: frozenset[str]
+    partitions: frozenset[str] = frozenset()
 
 
 NO_DEFINITIONS = Definitions({}, frozenset())
@@ -222,7 +224,54 @@ def definitions(body: list[Stmt], launch_index: str, kinds: dict[str, Kind]) -> 
         return NO_DEFINITIONS
     values = {s.target: s.value for s in body if isinstance(s, Assign) and counts[s.target] == 1}
     invariant = frozenset(n for n, k in kinds.items() if isinstance(k, str) and n not in counts)
-    return Definitions(values, invariant)
+    defs = Definitions(values, invariant)
+    partitions = frozenset(
+        s.var
+        for s in walk(body)
+        if isinstance(s, For) and counts[s.var] == 1 and _partitions(s, launch_index, defs)
+    )
+    return Definitions(values, invariant, partitions)
+
+
+def _partitions(loop: For, launch_index: str, defs: Definitions) -> bool:
+    """Whether ``loop`` runs over ``range(g(i), g(i + 1), step)`` with ``g(x) = x * a // b`` (or ``x * a``)
+    for loop-invariant ``a`` and ``b`` and a positive step: ``g`` is monotone, so the ranges of different
+    launch indices are disjoint (or empty, where ``g`` decreases). LULESH's chunked reductions loop so."""
+    step = _resolve(loop.step, defs)
+    if not (isinstance(step, Lit) and type(step.value) is int and step.value > 0):
+        return False
+    start = _scaled(loop.start, defs, launch_index)
+    stop = _scaled(loop.stop, defs, launch_index)
+    if start is None or stop is None or start[1:] != stop[1:]:
+        return False
+    return start[0] == Name(launch_index) and _resolve(stop[0], defs) in (
+        Call("add", (Name(launch_index), Lit(1))),
+        Call("add", (Lit(1), Name(launch_index))),
+    )
+
+
+def _scaled(e: Expr, defs: Definitions, launch_index: str) -> tuple[Expr, Expr, Expr | None] | None:
+    """``e`` as ``x * a // b`` (``b`` None for ``x * a``): (x, a, b), with ``a`` and ``b`` invariant (neither
+    the launch index)."""
+
+    def invariant(e: Expr) -> Expr | None:
+        inv = _invariant(e, defs)
+        return None if inv == Name(launch_index) else inv
+
+    e = _resolve(e, defs)
+    b: Expr | None = None
+    if isinstance(e, Call) and e.op == "floordiv" and len(e.args) == 2:
+        b = invariant(e.args[1])
+        if b is None:
+            return None
+        e = _resolve(e.args[0], defs)
+    if not (isinstance(e, Call) and e.op == "mul" and len(e.args) == 2):
+        return None
+    for x, a in (e.args, e.args[::-1]):
+        inv = invariant(a)
+        if inv is not None:
+            return _resolve(x, defs), inv, b
+    return None
 
 
 def _targets(s: Stmt) -> list[str]:
@@ -236,7 +285,7 @@ def _targets(s: Stmt) -> list[str]:
 def owned(index: tuple[Expr, ...], launch_index: str, defs: Definitions = NO_DEFINITIONS) -> bool:
     """Whether an element at ``index`` belongs to one iteration: the index contains the launch index itself,
     or both ``i // m`` and ``i % m`` for one loop-invariant ``m`` (``i = (i // m) * m + i % m``)."""
-    if any(isinstance(x, Name) and x.id == launch_index for x in index):
+    if any(isinstance(x, Name) and (x.id == launch_index or x.id in defs.partitions) for x in index):
         return True
     quotients: set[Expr] = set()
     remainders: set[Expr] = set()

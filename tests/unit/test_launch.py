@@ -94,6 +94,37 @@ def test_div_mod_index_owned_by_iteration():
     assert _varying_rc.variant((x, out, 3), "primal").privates != []
 
 
+@pad.kernel
+def _chunk_min(c, chunks, x, out):
+    smallest = 1.0e20
+    for k in range(c * x.shape[0] // chunks, (c + 1) * x.shape[0] // chunks):
+        smallest = min(smallest, x[k] * x[k] + 0.1 * x[k])
+    out[c] = smallest
+
+
+@pad.kernel
+def _chunk_overlap(c, chunks, x, out):
+    total = 0.0
+    for k in range(c * x.shape[0] // chunks, (c + 2) * x.shape[0] // chunks):  # two chunks' worth: overlap
+        total += x[k] * x[k]
+    out[c] = total
+
+
+def test_loops_over_chunks_of_the_launch_index_own_their_elements():
+    """``range(c * n // chunks, (c + 1) * n // chunks)`` gives each launch index its own elements: their
+    adjoints are added in place; ranges that overlap keep private buffers."""
+    rng = np.random.default_rng(4)
+    x = rng.uniform(-1, 1, 1003)
+    assert _chunk_min.variant((7, x, np.zeros(7)), "adjoint", (False, True, True)).privates == []
+    assert _chunk_overlap.variant((7, x, np.zeros(7)), "adjoint", (False, True, True)).privates != []
+    for kernel in (_chunk_min, _chunk_overlap):
+        pad.check_grad(
+            lambda x, out, kernel=kernel: pad.launch(kernel, 6, 7, x, out),
+            pad.Dup(x.copy(), np.zeros(1003)),
+            pad.Dup(np.zeros(7), np.zeros(7)),
+        )
+
+
 TENTH = 0.1
 STRONG = np.float64(0.1)
 
