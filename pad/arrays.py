@@ -7,6 +7,7 @@ numba's CUDA support: they are imported the first time a device array is met.
 
 from __future__ import annotations
 
+import threading
 from typing import Any
 
 import numpy as np
@@ -198,3 +199,31 @@ def view(base: Any, shape: tuple, strides: tuple, offset: int) -> Any:
         "a view of a numba device array cannot get the matching view of its shadow; "
         "use CuPy arrays, or pass the whole array to pad.Dup"
     )
+
+
+class Pool:
+    """Host arrays kept for reuse, by shape and dtype, up to ``max_bytes`` in all; a taker fills them. Memory
+    reused is already mapped, where a fresh array's pages fault at their first touch."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._kept: dict[tuple, list[np.ndarray]] = {}
+        self._bytes = 0
+        self._lock = threading.Lock()
+
+    def take(self, shape: tuple[int, ...], dtype: Any) -> np.ndarray | None:
+        """A kept array of this shape and dtype (any contents), or None."""
+        with self._lock:
+            kept = self._kept.get((tuple(shape), np.dtype(dtype).str))
+            if not kept:
+                return None
+            a = kept.pop()
+            self._bytes -= a.nbytes
+            return a
+
+    def give(self, a: np.ndarray) -> None:
+        """Keep ``a`` (no one else may use it any more) if there is room."""
+        with self._lock:
+            if self._bytes + a.nbytes <= self.max_bytes:
+                self._kept.setdefault((a.shape, a.dtype.str), []).append(a)
+                self._bytes += a.nbytes

@@ -36,32 +36,17 @@ __all__ = [
 
 
 # ---------------------------------------------------------------------------------------------- shadow pool
-POOL_BYTES = 1 << 30
+POOL = arrays.Pool(1 << 30)
 """The host arrays that ``autodiff`` allocated for itself (shadows of arrays that came without one: a step's
-state, its intermediates; copies of values its adjoints need that the step overwrites) are kept, up to this
-many bytes, for the next ``autodiff``. A program differentiated step by step (LULESH's per-cycle gradient)
-would otherwise get fresh pages from the OS at every step, whose first touches fault: on the project's VM
-that was a tenth of LULESH's gradient time."""
-_pool: dict[tuple, list[np.ndarray]] = {}
-_pool_lock = threading.Lock()
+state, its intermediates; copies of values its adjoints need that the step overwrites) are kept here at its
+end for the next ``autodiff``. A program differentiated step by step (LULESH's per-cycle gradient) would
+otherwise get fresh pages from the OS at every step, whose first touches fault: on the project's VM that was
+a tenth of LULESH's gradient time."""
 
 
 def _pooled(x: Any) -> np.ndarray | None:
     """A kept host array of ``x``'s shape and dtype (any contents), if there is one."""
-    if not isinstance(x, np.ndarray):
-        return None
-    with _pool_lock:
-        kept = _pool.get((x.shape, x.dtype.str))
-        return kept.pop() if kept else None
-
-
-def _pool_arrays(owned: list[np.ndarray]) -> None:
-    with _pool_lock:
-        held = sum(a.nbytes for kept in _pool.values() for a in kept)
-        for a in owned:
-            if held + a.nbytes <= POOL_BYTES:
-                _pool.setdefault((a.shape, a.dtype.str), []).append(a)
-                held += a.nbytes
+    return POOL.take(x.shape, x.dtype) if isinstance(x, np.ndarray) else None
 
 
 # ---------------------------------------------------------------------------------------------- active scalars
@@ -525,7 +510,9 @@ def autodiff(f: Callable[..., Any], *args: Any, fuse: bool = False) -> tuple[flo
             _finish_forward(ctx)
             ctx.pending = None  # the last launch stays fused: its adjoint makes its outputs
             reverse_records(ctx.records)
-        _pool_arrays([a for a in (ref() for ref in ctx._owned) if a is not None])
+        for a in (ref() for ref in ctx._owned):
+            if a is not None:
+                POOL.give(a)
     except BaseException:
         ctx.flush()  # a failed autodiff still leaves the primal results
         raise

@@ -6,13 +6,12 @@ the array after the parallel loop; with one chunk the array itself is the buffer
 so this is how ``+=`` stays exact and deterministic for a given thread count. Where every such add is at the
 launch index plus a constant (a stencil's adjoint: ``Variant.halo``), no buffer is needed: two chunks per
 thread, run in two waves (even chunks, then odd), never add to the same element. Summing a buffer zeroes it, and
-it is kept for the next launch of that shape (up to ``SPARE_BYTES`` in all): no fresh allocation, whose pages
+it is kept for the next launch of that shape (in ``SPARE``, up to 1 GiB): no fresh allocation, whose pages
 the OS would zero again on first touch.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,11 +19,10 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from pad import arrays
 from pad.kernel import Variant
 
-SPARE_BYTES = 1 << 30
-_spare: dict[tuple, list[np.ndarray]] = {}  # zeroed private buffers, by (chunks, shape, dtype)
-_spare_lock = threading.Lock()
+SPARE = arrays.Pool(1 << 30)  # zeroed private buffers; a launch may take several of one shape (x, y, z)
 
 
 @njit(parallel=True, cache=True)
@@ -40,9 +38,7 @@ def _sum_rows_into(out: np.ndarray, rows: np.ndarray) -> None:
 
 def _zeroed(nchunks: int, base: np.ndarray) -> np.ndarray:
     """A zeroed buffer of one copy of ``base`` per chunk: a spare one if a launch left one."""
-    with _spare_lock:
-        kept = _spare.get((nchunks, base.shape, base.dtype.str))
-        buffer = kept.pop() if kept else None
+    buffer = SPARE.take((nchunks, *base.shape), base.dtype)
     return buffer if buffer is not None else np.zeros((nchunks, *base.shape), base.dtype)
 
 
@@ -53,9 +49,7 @@ def _reduce(base: np.ndarray, buffer: np.ndarray) -> None:
     else:
         base += buffer.sum(axis=0)
         buffer[...] = 0
-    with _spare_lock:  # a launch may need several buffers of one shape (LULESH's x, y and z)
-        if sum(b.nbytes for kept in _spare.values() for b in kept) + buffer.nbytes <= SPARE_BYTES:
-            _spare.setdefault((buffer.shape[0], base.shape, base.dtype.str), []).append(buffer)
+    SPARE.give(buffer)
 
 
 def run(
