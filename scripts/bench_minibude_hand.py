@@ -31,6 +31,8 @@ from pad.kernel.emit import SHARED_ADJOINT_REGISTERS
 
 from numba import config, cuda, float32  # isort: skip  (after pad's shim: numba-cuda needs it under NumPy 2.5)
 
+from apps.minibude.kernels import rotation  # isort: skip
+
 KINKS = ("split", "below")
 POSES = 4  # per work item, as pad's fasten_x4
 # pad's cap for adjoints whose lanes share loops, for a like-for-like kernel (numba's simulator has no cap)
@@ -46,22 +48,13 @@ else:
     from numba.cuda.libdevice import rsqrtf as _rsqrt
 
 
+# The app's rotation matrix (the reference's convention), compiled as a CUDA device function.
+_rows = cuda.jit(device=True, fastmath=True)(rotation.py_func)
+
+
 @cuda.jit(device=True, fastmath=True)
 def _rotation(poses: Any, i: int) -> Any:
-    sx, cx = math.sin(poses[0, i]), math.cos(poses[0, i])
-    sy, cy = math.sin(poses[1, i]), math.cos(poses[1, i])
-    sz, cz = math.sin(poses[2, i]), math.cos(poses[2, i])
-    return (
-        cy * cz,
-        sx * sy * cz - cx * sz,
-        cx * sy * cz + sx * sz,
-        cy * sz,
-        sx * sy * sz + cx * cz,
-        cx * sy * sz - sx * cz,
-        -sy,
-        sx * cy,
-        cx * cy,
-    )
+    return _rows(poses[0, i], poses[1, i], poses[2, i])
 
 
 @cuda.jit(device=True, fastmath=True)
