@@ -44,11 +44,6 @@ otherwise get fresh pages from the OS at every step, whose first touches fault: 
 a tenth of LULESH's gradient time."""
 
 
-def _pooled(x: Any) -> np.ndarray | None:
-    """A kept host array of ``x``'s shape and dtype (any contents), if there is one."""
-    return POOL.take(x.shape, x.dtype) if isinstance(x, np.ndarray) else None
-
-
 # ---------------------------------------------------------------------------------------------- active scalars
 class ActiveScalar(float):
     """The float a differentiated function receives for an ``Active`` (or, in ``fwddiff``, a ``Dup``) scalar.
@@ -190,26 +185,23 @@ class Context:
             return self._shadow_by_id[id(x)][1]
 
     def _zero_shadow(self, x: Any) -> Any:
-        dx = _pooled(x) if self.reverse_mode else None
-        if dx is None:
-            dx = arrays.zeros_like(x)
-        else:
-            dx.fill(0)
-        self._own(dx)
-        return dx
+        return self._owned_like(x, arrays.zeros_like, lambda a: a.fill(0))
 
     def _copy(self, x: Any) -> Any:
-        out = _pooled(x) if self.reverse_mode else None
-        if out is None:
-            out = arrays.copy(x)
-        else:
-            np.copyto(out, x)
-        self._own(out)
-        return out
+        return self._owned_like(x, arrays.copy, lambda a: np.copyto(a, x))
 
-    def _own(self, a: Any) -> None:
-        if isinstance(a, np.ndarray):
-            self._owned.append(weakref.ref(a))
+    def _owned_like(self, x: Any, make: Callable[[Any], Any], refill: Callable[[np.ndarray], None]) -> Any:
+        """``make(x)``, for this context alone; in reverse mode a pooled host array ``refill``-ed instead
+        where one has ``x``'s shape and dtype, and the result goes to the pool at the end (``autodiff``)."""
+        if not (self.reverse_mode and isinstance(x, np.ndarray)):
+            return make(x)
+        a = POOL.take(x.shape, x.dtype)
+        if a is None:
+            a = make(x)
+        else:
+            refill(a)
+        self._owned.append(weakref.ref(a))
+        return a
 
     def _register_root(self, x: Any) -> bool:
         """Give the array owning view ``x``'s memory a zero shadow, as a region; whether it did.
