@@ -89,6 +89,11 @@ class Variant:
     tape_slots: int = 0
     shares_loops: bool = False  # CUDA: lanes of a group share the sum loops; the kernel takes ``_G``
     depth_launcher: Any = None
+    # Adjoints: positions of the active arrays stored once per index at ``i + offset`` and never read (their
+    # seeds, read once each, are zeroed after the launch, not in it) -> offset. The CPU launcher zeroes them
+    # itself; the GPU runner after the kernel (on an H100 a kernel that reads a seed and zeroes it took 5x
+    # as long as reading it and then zeroing the range apart).
+    clears: dict[int, int] = field(default_factory=dict)
     # CPU: every private accumulation is at launch index + c, |c| <= halo: chunks of at least 2 * halo indices
     # run in two waves (even, then odd chunks) and add into the arrays themselves (launcher takes ``_nwaves``)
     halo: int = 0
@@ -140,9 +145,8 @@ def build(
         shared = _shared_reads(low.body, act, launch_index, defs) - stored_names
         rev = Reverse(low.body, low.kinds, types, act, launch_index, low.namer, shared, defs)
         rev.fused = mode == "fused"
-        if target == "cpu":
-            rev.cleared = frozenset(a for a in overwrites if a in act.arrays)
-            launcher.clears = [(adj(a), overwrites[a]) for a in sorted(rev.cleared)]
+        rev.cleared = frozenset(a for a in overwrites if a in act.arrays)
+        launcher.clears = [(adj(a), overwrites[a]) for a in sorted(rev.cleared)]
         live_out = {adj(params[k]) for k in active_scalars}
         body = rev.sweep(live_out, droppable=set(params) - loaded_names)
         launcher.extras += [adj(params[k]) for k in active_arrays]
@@ -180,6 +184,7 @@ def build(
         # A fused launch makes every output: its outputs are not read, and no output is reduced into.
         fuses=bool(rev and rev.moved) and not (stored_names & loaded_names) and not reduced,
         halo=halo,
+        clears={index[a]: c for a, c in overwrites.items() if a in rev.cleared} if rev else {},
     )
     launcher.stack = rev.static_depth() if rev is not None else None
     if target == "cpu":

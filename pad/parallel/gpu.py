@@ -98,6 +98,7 @@ def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = (
     if variant.mode != "adjoint" or not (variant.active_scalars or variant.tape_slots):
         if n:
             _launch(variant.launcher, _blocks(n * lanes), [*head, *args, *extras])
+            _clear_seeds(variant, n, extras)
         return _NO_OUTPUTS
     outputs = np.zeros(len(variant.active_scalars))
     if n == 0:
@@ -126,6 +127,7 @@ def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = (
         overflow = arrays.zeros(like, (1,), np.int32)
         call += [arrays.empty(like, (slots, columns), np.float64), overflow]
     _launch(variant.launcher, _blocks(n * lanes), call)
+    _clear_seeds(variant, n, extras)
     if overflow is not None and int(arrays.to_host(overflow)[0]):
         raise TapeOverflow(
             f"pad.launch({variant.kernel}): the adjoint overflowed its tape; please report this kernel"
@@ -133,6 +135,13 @@ def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = (
     if act is not None:
         outputs += arrays.to_host(act).sum(axis=0)
     return outputs
+
+
+def _clear_seeds(variant: Variant, n: int, shadows: Sequence[Any]) -> None:
+    """Zero the seeds an adjoint launch read once each and left (``Variant.clears``); shadows: the active
+    arrays' in order."""
+    for position, offset in variant.clears.items():
+        shadows[variant.active_arrays.index(position)][offset : offset + n] = 0  # CuPy or numba, views too
 
 
 # ---------------------------------------------------------------------------------------------- launching

@@ -5,6 +5,7 @@ On a real GPU with CuPy arrays, or on numba's CUDA simulator (``NUMBA_ENABLE_CUD
 
 from __future__ import annotations
 
+import io
 import math
 
 import numpy as np
@@ -27,6 +28,14 @@ def smooth(i, x, y):
         y[i] = x[i]
     else:
         y[i] = 0.25 * x[i - 1] + 0.5 * x[i] + 0.25 * x[i + 1]
+
+
+@pad.kernel
+def lopsided(i, x, y):
+    if i >= 2 and i < x.shape[0] - 1:
+        y[i] = 0.3 * x[i - 2] * x[i - 2] - 0.7 * x[i + 1]
+    else:
+        y[i] = x[i]
 
 
 @pad.kernel
@@ -64,6 +73,31 @@ def test_owned_and_shared_accumulations_do_not_race():
     for _ in range(3):
         gpu = gradient(run, [device(x), device(np.zeros(N))], [np.zeros(N), seed])
         np.testing.assert_allclose(gpu[0], cpu[0], rtol=1e-12, atol=1e-14)
+
+
+def test_adjoint_of_a_lopsided_stencil_sums_its_tile_into_the_shadow_it_was_given():
+    """dx[i - 2] and dx[i + 1] (no dx[i]) are summed per block in shared memory and added once to a
+    shadow that already holds values: block-interior elements by plain adds, the halos atomically."""
+    n = 1000  # not a multiple of the block: a partial last block
+    rng = np.random.default_rng(4)
+    x, seed, dx = rng.uniform(size=n), rng.uniform(size=n), rng.uniform(size=n)
+
+    def run(xp_x, xp_y):
+        pad.launch(lopsided, xp_x.shape[0], xp_x, xp_y)
+
+    source = pad.show(
+        lopsided, "adjoint", pad.Dup(x, dx), pad.Dup(x, seed), target="cuda", file=io.StringIO()
+    )
+    assert "cuda.shared.array" in source
+    cpu = [pad.Dup(x.copy(), dx.copy()), pad.Dup(np.zeros(n), seed.copy())]
+    pad.autodiff(run, *cpu)
+    gpu = [pad.Dup(device(x), device(dx)), pad.Dup(device(np.zeros(n)), device(seed))]
+    pad.autodiff(run, *gpu)
+    np.testing.assert_allclose(arrays.to_host(gpu[0].shadow), cpu[0].shadow, rtol=1e-13, atol=1e-15)
+    assert not np.allclose(cpu[0].shadow, dx)
+    # y is overwritten: its seed is consumed, zeroed after the kernel read it (not in the kernel).
+    assert not np.any(cpu[1].shadow) and not np.any(arrays.to_host(gpu[1].shadow))
+    assert "_b_y[i] = 0" not in source
 
 
 def test_sum_into_one_element_matches_cpu():
