@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 import pad
-from apps.cli import InputError, Memory
+from apps.cli import InputError, Memory, warm_up
 from apps.minibude.deck import Deck
 from apps.minibude.kernels import NCOEF, fasten, fasten_x4, pair_coefficients
 
@@ -161,9 +161,15 @@ class Docking:
 
     # -- measurement ------------------------------------------------------------------------------------
     def timed(self, step: Callable[[], Any], iterations: int, progress: Callable[[int], None]) -> float:
-        """Wall-clock seconds per call of ``step`` after one warm-up call (which compiles), over all ranks."""
+        """Wall-clock seconds per call of ``step``, the slowest rank's, after one warm-up call (which
+        compiles) and on GPUs after ``apps.cli.GPU_WARM_S`` of calls (clocks rise under load)."""
         step()
         self.sync()
+        if self.device == "gpu":
+            warm_up(lambda calls: calls * self._seconds(step, calls, lambda _: None))
+        return self._seconds(step, iterations, progress)
+
+    def _seconds(self, step: Callable[[], Any], iterations: int, progress: Callable[[int], None]) -> float:
         if self.comm is not None:
             self.comm.Barrier()
         start = time.perf_counter()
@@ -171,9 +177,8 @@ class Docking:
             step()
             self.sync()
             progress(1)
-        if self.comm is not None:
-            self.comm.Barrier()
-        return (time.perf_counter() - start) / iterations
+        seconds = (time.perf_counter() - start) / iterations
+        return max(self.comm.allgather(seconds)) if self.comm is not None else seconds
 
     # -- checks -----------------------------------------------------------------------------------------
     def finite_difference_check(self, wrt: str, grad: Any, count: int = 4) -> dict[str, float]:
