@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from apps.cli import warm_up
 from apps.minibude.deck import HBTYPE_E, HBTYPE_F, Deck, read_deck
 
 HARDNESS, NPNPDIST, NPPDIST, CNSTNT = 38.0, 5.5, 1.0, 45.0
@@ -76,15 +77,20 @@ def make_energies(deck: Deck) -> Any:
 
 
 def timed(fn: Any, args: tuple, iterations: int) -> float:
-    """Mean seconds per call after a warm-up call (which compiles)."""
+    """Mean seconds per call after a warm-up call (which compiles) and half a second of calls (as the
+    apps time GPU runs: clocks rise under load)."""
     import jax
 
-    jax.block_until_ready(fn(*args))
-    start = time.perf_counter()
-    for _ in range(iterations):
-        out = fn(*args)
-    jax.block_until_ready(out)
-    return (time.perf_counter() - start) / iterations
+    def seconds(calls: int) -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            out = fn(*args)
+        jax.block_until_ready(out)
+        return time.perf_counter() - start
+
+    seconds(1)
+    warm_up(seconds)
+    return seconds(iterations) / iterations
 
 
 def check_against_pad(deck: Deck, results: dict[str, np.ndarray]) -> dict[str, float]:
