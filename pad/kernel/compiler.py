@@ -89,10 +89,10 @@ class Variant:
     tape_slots: int = 0
     shares_loops: bool = False  # CUDA: lanes of a group share the sum loops; the kernel takes ``_G``
     depth_launcher: Any = None
-    # Adjoints: positions of the active arrays stored once per index at ``i + offset`` and never read (their
-    # seeds, read once each, are zeroed after the launch, not in it) -> offset. The CPU launcher zeroes them
-    # itself; the GPU runner after the kernel (on an H100 a kernel that reads a seed and zeroes it took 5x
-    # as long as reading it and then zeroing the range apart).
+    # CUDA adjoints: positions of the active arrays stored once per index at ``i + offset`` and never read ->
+    # offset. Their seeds, read once each, are zeroed by the runner after the kernel, not in it (on an H100 a
+    # kernel that reads a seed and zeroes it took 5x as long as reading it and zeroing the range apart). CPU
+    # launchers zero them themselves, a block of indices at a time (``Launcher.clears``).
     clears: dict[int, int] = field(default_factory=dict)
     # CPU: every private accumulation is at launch index + c, |c| <= halo: chunks of at least 2 * halo indices
     # run in two waves (even, then odd chunks) and add into the arrays themselves (launcher takes ``_nwaves``)
@@ -169,6 +169,7 @@ def build(
     launcher.locals = locals_
     origin = f"{low.filename}:{fn.__name__} ({mode}, {target})"
     index = {p: k for k, p in enumerate(params)}
+    gpu_clears = {index[a]: overwrites[a] for a in rev.cleared} if rev and target == "cuda" else {}
     variant = Variant(
         "adjoint" if mode == "fused" else mode,
         "",
@@ -184,7 +185,7 @@ def build(
         # A fused launch makes every output: its outputs are not read, and no output is reduced into.
         fuses=bool(rev and rev.moved) and not (stored_names & loaded_names) and not reduced,
         halo=halo,
-        clears={index[a]: c for a, c in overwrites.items() if a in rev.cleared} if rev else {},
+        clears=gpu_clears,
     )
     launcher.stack = rev.static_depth() if rev is not None else None
     if target == "cpu":
