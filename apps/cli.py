@@ -11,6 +11,8 @@ import os
 import platform
 import shlex
 import subprocess
+import sys
+import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -75,6 +77,21 @@ def set_threads(threads: int | None, comm: Any) -> int:
         raise InputError(f"--threads: {threads} is more than the {available} available")
     numba.set_num_threads(threads)
     return threads
+
+
+def exit_status(main: Callable[[], int]) -> int:
+    """``main()``; an unexpected error on one rank of several prints its traceback and aborts every rank
+    (``MPI_Abort``), as ``python -m mpi4py`` does: the other ranks would wait for it in their next
+    collective forever."""
+    try:
+        return main()
+    except Exception:
+        mpi = sys.modules.get("mpi4py.MPI")
+        if mpi is not None and mpi.COMM_WORLD.Get_size() > 1:
+            traceback.print_exc()
+            sys.stderr.flush()
+            mpi.COMM_WORLD.Abort(1)
+        raise
 
 
 GPU_WARM_S = 0.5  # seconds of work before a GPU run is timed

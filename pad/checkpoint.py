@@ -231,6 +231,7 @@ class _Store:
         self._ctx = ctx
         self._roots: dict[int, weakref.ref] = {}
         self._held: dict[int, dict[int, _Saved]] = {}
+        self._dead: list[int] = []  # roots that died since the last _purge
         self._stats = stats
         self._dir: str | None = None
         self._files = 0
@@ -251,16 +252,30 @@ class _Store:
         return _Saved(path, a.nbytes, a.shape)
 
     def _forget(self, key: int) -> Callable[[Any], None]:
-        def gone(_: Any) -> None:  # a temporary array the step wrote has died: drop its copies
-            self._roots.pop(key, None)
-            for snap in list(self._held.values()):
-                self._discard([snap.pop(key)] if key in snap else [])
+        """A temporary array the step wrote has died: its copies go at the next :meth:`_purge`. Not at once:
+        the callback runs whenever the garbage collector does, also inside this store's loops over its
+        dicts, which must not change size under them (an 8-rank LULESH gradient failed so)."""
+
+        def gone(_: Any) -> None:
+            self._dead.append(key)
 
         return gone
 
+    def _purge(self) -> None:
+        while self._dead:
+            key = self._dead.pop()
+            self._roots.pop(key, None)
+            for snap in self._held.values():
+                self._discard([snap.pop(key)] if key in snap else [])
+
+    def _known(self, r: Any) -> bool:
+        ref = self._roots.get(id(r))
+        return ref is not None and ref() is r
+
     def capture(self, arrays: list[Any]) -> None:
         """Observer of writes: an array first overwritten now joins the state and every held snapshot."""
-        new = [r for r in map(_root, arrays) if id(r) not in self._roots]
+        self._purge()
+        new = [r for r in map(_root, arrays) if not self._known(r)]
         for r in new:
             self._roots[id(r)] = weakref.ref(r, self._forget(id(r)))
             if self._held:
@@ -272,6 +287,7 @@ class _Store:
 
     def trim(self, n: int, holes: dict[int, tuple[weakref.ref, int, int]]) -> None:
         """Drop from snapshot ``n`` the ranges that step ``n`` overwrites before anything reads them."""
+        self._purge()
         snap = self._held.get(n)
         if not snap:
             return
@@ -289,6 +305,7 @@ class _Store:
             self._discard([saved])
 
     def take(self, n: int, account: bool = True) -> None:
+        self._purge()
         live = [(k, ref()) for k, ref in list(self._roots.items())]
         self._held[n] = {k: self._save(r) for k, r in live if r is not None}
         if account:
@@ -310,6 +327,7 @@ class _Store:
 
     def restore(self, n: int, drop: bool) -> None:
         """Put the state back as it was at step ``n`` (and forget that snapshot if ``drop``)."""
+        self._purge()
         snap = self._held[n]
         pairs = [
             (r, snap[k]) for k, ref in list(self._roots.items()) if (r := ref()) is not None and k in snap
@@ -347,6 +365,7 @@ class _Store:
                     os.remove(s.data)
 
     def _account(self) -> None:
+        self._purge()
         snaps = [snap for n, snap in self._held.items() if n >= 0]
         unique = {id(s): s.nbytes for snap in snaps for s in snap.values()}
         self._stats.peak_bytes = max(self._stats.peak_bytes, sum(unique.values()))

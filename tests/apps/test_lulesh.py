@@ -202,6 +202,27 @@ def test_report_and_progress_lines_have_the_originals_format(capsys):
     assert lines[12].startswith("FOM                  = ") and lines[12].endswith(" (z/s)")
 
 
+ONE_RANK_FAILS = """
+import sys
+from mpi4py import MPI
+from apps import cli
+
+def main():
+    if MPI.COMM_WORLD.Get_rank() == 1:
+        raise RuntimeError("boom on rank 1")
+    MPI.COMM_WORLD.Barrier()  # rank 0 would wait here forever
+    return 0
+
+sys.exit(cli.exit_status(main))
+"""
+
+
+def test_an_unexpected_error_on_one_rank_aborts_every_rank():
+    done = _ranks(2, "-c", ONE_RANK_FAILS, timeout=120)
+    assert done.returncode != 0
+    assert "boom on rank 1" in done.stderr
+
+
 def _mpiexec() -> str:
     return os.path.join(os.path.dirname(sys.executable), "mpiexec")
 

@@ -100,7 +100,7 @@ def _on_ranks(n: int, size: int, path) -> dict:
     env = dict(os.environ, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1")
     script = os.path.join(HERE, "lulesh_gradients.py")
     done = subprocess.run(
-        [MPIEXEC, "-n", str(n), sys.executable, script, str(size), str(path)],
+        [MPIEXEC, "-n", str(n), sys.executable, "-m", "mpi4py", script, str(size), str(path)],  # errors abort
         capture_output=True,
         text=True,
         env=env,
