@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import Counter
 from dataclasses import dataclass
 
@@ -671,31 +672,62 @@ def live_at_exits(body: list[Stmt]) -> dict[int, set[str]]:
     return exits
 
 
-def running_extreme(loop: For) -> tuple[str, str, str] | None:
-    """``(m, e, op)`` for a loop whose body ends in ``t = max(m, e); m = t`` (or ``min``, either argument
-    order; ``m = copy(t)`` too), where ``m`` is the only scalar carried between iterations and the body
-    has no stores, loops or jumps: a running max/min of the ``e`` the rest of the body computes, else None."""
+@dataclass(frozen=True)
+class Extreme:
+    """A running max/min in a loop: ``t = max(m, e); m = t`` (statement ``update``, then the copy)."""
+
+    m: str
+    e: str
+    op: str  # "max" or "min"
+    update: int  # id() of the ``t = max(m, e)`` statement
+
+
+def running_extremes(loop: For) -> list[Extreme] | None:
+    """The running maxima/minima of a loop that carries nothing else from one iteration to the next, else None.
+
+    Each ``m`` is updated by ``t = max(m, e); m = t`` (or ``min``, either argument order, ``m = copy(t)``
+    too), alone or under ``if``s, once in the body, and read nowhere else; ``e`` is a value the body
+    computes. The body has no stores, loops or jumps: LULESH's time constraints (two minima over the
+    elements whose volume changes) are the typical case.
+    """
     body = loop.body
-    if len(body) < 3 or any(
-        isinstance(x, (For, While, Store, Fill, Push, Pop, Break, Return)) for x in walk(body)
-    ):
+    if any(isinstance(x, (For, While, Store, Fill, Push, Pop, Break, Return)) for x in walk(body)):
         return None
-    update, copy = body[-2], body[-1]
-    if not (isinstance(update, Assign) and isinstance(copy, Assign)):
+    found: list[Extreme] = []
+    pairs: set[int] = set()
+
+    def scan(stmts: list[Stmt]) -> None:
+        for update, copy in itertools.pairwise(stmts):
+            if not (isinstance(update, Assign) and isinstance(copy, Assign)):
+                continue
+            value = (
+                copy.value.args[0] if isinstance(copy.value, Call) and copy.value.op == "copy" else copy.value
+            )
+            if value != Name(update.target) or not isinstance(update.value, Call):
+                continue
+            if update.value.op not in ("max", "min"):
+                continue
+            others = [a for a in update.value.args if a != Name(copy.target)]
+            if len(others) == 1 and isinstance(others[0], Name):
+                found.append(Extreme(copy.target, others[0].id, update.value.op, id(update)))
+                pairs.update((id(update), id(copy)))
+        for x in stmts:
+            if isinstance(x, If):
+                scan(x.body)
+                scan(x.orelse)
+
+    scan(body)
+    ms = [x.m for x in found]
+    made = assigned(body)
+    if not found or len(set(ms)) != len(ms) or liveness(body, set(), prune=False)[1] & made != set(ms):
         return None
-    value = copy.value.args[0] if isinstance(copy.value, Call) and copy.value.op == "copy" else copy.value
-    if not (
-        value == Name(update.target) and isinstance(update.value, Call) and update.value.op in ("max", "min")
-    ):
+    temps = {x.target for x in walk(body) if isinstance(x, Assign) and id(x) in pairs and x.target not in ms}
+    targets = Counter(x.target for x in walk(body) if isinstance(x, (Assign, Pop)))
+    for x in walk(body):  # the running values and their temporaries are read only in their updates
+        if id(x) not in pairs and {n for e in exprs_of(x) for n in names_in(e)} & (set(ms) | temps):
+            return None
+    if any(targets[m] != 1 for m in ms) or any(targets[t] != 1 for t in temps):
         return None
-    m = copy.target
-    others = [a for a in update.value.args if a != Name(m)]
-    if len(others) != 1 or not isinstance(others[0], Name) or others[0].id not in assigned(body[:-2]):
+    if any(x.e not in made or x.e in ms for x in found):
         return None
-    if liveness(body, set(), prune=False)[1] & assigned(body) != {m}:
-        return None
-    if m in {n for x in walk(body[:-2]) for e in exprs_of(x) for n in names_in(e)} or m in assigned(
-        body[:-1]
-    ):
-        return None
-    return m, others[0].id, update.value.op
+    return found

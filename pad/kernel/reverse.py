@@ -30,13 +30,14 @@ from pad.kernel.analysis import (
     NO_DEFINITIONS,
     Activity,
     Definitions,
+    Extreme,
     carried_sums,
     exposed_under_guards,
     live_at_exits,
     liveness,
     only_sums_outlive,
     owned,
-    running_extreme,
+    running_extremes,
 )
 from pad.kernel.emit import UNORDERED
 from pad.kernel.frontend import ArrayKind, Kind, scalar_type
@@ -282,9 +283,9 @@ class Reverse:
 
     # -- loops -----------------------------------------------------------------------------------------
     def loop(self, s: For | While, need: set[str]) -> tuple[list[Stmt], list[Stmt]]:
-        extreme = running_extreme(s) if isinstance(s, For) else None
-        if isinstance(s, For) and extreme and extreme[0] in self.act.scalars:
-            code = self.extreme(s, *extreme)
+        extremes = running_extremes(s) if isinstance(s, For) else None
+        if isinstance(s, For) and extremes and any(x.m in self.act.scalars for x in extremes):
+            code = self.extreme(s, extremes)
             if code is not None:
                 return code
         k = self.fresh(s, "k", "i")
@@ -347,63 +348,98 @@ class Reverse:
             return [*before, *save, forward], [*restore, *rev, *remade]
         return [*before, forward], rev
 
-    def extreme(self, s: For, m: str, e: str, op: str) -> tuple[list[Stmt], list[Stmt]] | None:
-        """A running max/min ``m = max(m, e)`` (:func:`running_extreme`) pushes nothing per iteration.
+    def extreme(self, s: For, extremes: list[Extreme]) -> tuple[list[Stmt], list[Stmt]] | None:
+        """Running maxima/minima ``m = max(m, e)`` (:func:`running_extremes`) push nothing per iteration.
 
-        The forward records the iteration that set ``m`` last (``win``; -1: ``m``'s value before the loop)
-        and how many values tie with the result (``ties``, that one included). The reverse replays iteration
-        ``win`` alone; at a tie it shares ``m``'s adjoint evenly among the tied values, as JAX's max does
-        (for two values this is the 0.5 each of ``max``'s own partial). None where replaying the iteration
-        would push (the general reversal then applies).
+        The forward records, where each ``m`` is updated, the iteration that set it last (``win``; -1: its
+        value before the loop) and how many values tie with the result (``ties``, that one included). The
+        reverse replays, for each ``m``, iteration ``win`` alone, with ``e``'s adjoint seeded where the update
+        was; at a tie it replays every iteration and shares ``m``'s adjoint evenly among the tied values, as
+        JAX's max does (for two values this is the 0.5 each of ``max``'s own partial). The replayed body has
+        each update replaced by ``u = e; hit = True``, so that the seed reaches ``e`` through the branches
+        the update sits in. None where the replay would push (the general reversal then applies).
         """
-        pre = s.body[:-2]
-        f_pre, r_pre = self.region(pre, set())
-        if any(isinstance(x, (Push, Pop)) for x in walk(f_pre + r_pre)):
+        active = [x for x in extremes if x.m in self.act.scalars]
+        u = {x.m: self.fresh(s, f"u{x.m}", self.types[x.m]) for x in active}
+        hit = {x.m: self.fresh(s, f"hit{x.m}", "b") for x in active}
+        win = {x.m: self.fresh(s, f"win{x.m}", "i") for x in active}
+        ties = {x.m: self.fresh(s, f"ties{x.m}", "i") for x in active}
+        self.act.scalars.update(u.values())
+        updates = {x.update: x for x in active}
+
+        def track(x: Extreme) -> Stmt:
+            better = call("gt" if x.op == "max" else "lt", Name(x.e), Name(x.m))
+            tie = If(
+                call("eq", Name(x.e), Name(x.m)),
+                [Assign(ties[x.m], call("add", Name(ties[x.m]), Lit(1)))],
+                [],
+            )
+            return If(better, [Assign(win[x.m], Name(s.var)), Assign(ties[x.m], Lit(1))], [tie], line=s.line)
+
+        def rebuilt(stmts: list[Stmt], replay: bool) -> list[Stmt]:
+            """``stmts`` with each update tracked (forward) or replaced by ``u = e; hit = True`` (replay)."""
+            out: list[Stmt] = []
+            skip = False
+            for x in stmts:
+                if skip:
+                    skip = False
+                elif id(x) in updates:
+                    e = updates[id(x)]
+                    if replay:
+                        out += [Assign(u[e.m], call("copy", Name(e.e))), Assign(hit[e.m], Lit(True))]
+                        skip = True  # the copy ``m = t`` goes too
+                    else:
+                        out += [track(e), x]
+                elif isinstance(x, If):
+                    out.append(If(x.cond, rebuilt(x.body, replay), rebuilt(x.orelse, replay), line=x.line))
+                else:
+                    out.append(x)
+            return out
+
+        replay = [*(Assign(h, Lit(False)) for h in hit.values()), *rebuilt(s.body, True)]
+        f_rep, r_rep = self.region(replay, set())
+        if any(isinstance(x, (Push, Pop)) for x in walk(f_rep + r_rep)):
             return None
-        win, ties = self.fresh(s, "win", "i"), self.fresh(s, "ties", "i")
-        share = self.fresh(s, "share", self.types[m])
-        ty = self.types[m]
-        bar_m, bar_e = Name(adj(m)), Name(adj(e))
-        track = If(
-            call("gt" if op == "max" else "lt", Name(e), Name(m)),
-            [Assign(win, Name(s.var), line=s.line), Assign(ties, Lit(1), line=s.line)],
-            [
-                If(
-                    call("eq", Name(e), Name(m)),
-                    [Assign(ties, call("add", Name(ties), Lit(1)), line=s.line)],
-                    [],
-                )
-            ],
-            line=s.line,
-        )
-        forward = [
-            Assign(win, Lit(-1), line=s.line),
-            Assign(ties, Lit(1), line=s.line),
-            For(s.var, s.start, s.stop, s.step, [*pre, track, *s.body[-2:]], line=s.line),
+        forward: list[Stmt] = [
+            *(Assign(win[x.m], Lit(-1), line=s.line) for x in active),
+            *(Assign(ties[x.m], Lit(1), line=s.line) for x in active),
+            For(s.var, s.start, s.stop, s.step, rebuilt(s.body, False), line=s.line),
         ]
-        alone = [
-            Assign(s.var, Name(win), line=s.line),
-            *f_pre,
-            Assign(adj(e), call("add", bar_e, bar_m), line=s.line),
-            Assign(adj(m), Lit(0.0, typed=True), line=s.line),
-            *r_pre,
-        ]
-        tied_here = call("select", call("eq", Name(e), Name(m)), Name(share), Lit(0.0, typed=True))
-        shared = [
-            Assign(share, call("div", bar_m, Call("f4" if ty == "f4" else "f8", (Name(ties),))), line=s.line),
-            Assign(adj(m), call("select", call("lt", Name(win), Lit(0)), Name(share), Lit(0.0, typed=True))),
-            For(
-                s.var,
-                s.start,
-                s.stop,
-                s.step,
-                [*f_pre, Assign(adj(e), call("add", bar_e, tied_here), line=s.line), *r_pre],
-                line=s.line,
-            ),
-        ]
-        one = call("eq", Name(ties), Lit(1))
-        reverse = If(one, [If(call("ge", Name(win), Lit(0)), alone, [], line=s.line)], shared, line=s.line)
-        return forward, [reverse]
+        zero = Lit(0.0, typed=True)
+        reverse: list[Stmt] = []
+        for x in active:
+            bar_m, ty = Name(adj(x.m)), self.types[x.m]
+            share = self.fresh(s, f"share{x.m}", ty)
+            others = [Assign(adj(u[y.m]), zero) for y in active if y is not x]
+            alone = [
+                Assign(s.var, Name(win[x.m]), line=s.line),
+                *f_rep,
+                *others,
+                Assign(adj(u[x.m]), bar_m, line=s.line),
+                Assign(adj(x.m), zero, line=s.line),
+                *r_rep,
+            ]
+            tied_here = call("and", Name(hit[x.m]), call("eq", Name(u[x.m]), Name(x.m)))
+            shared = [
+                Assign(share, call("div", bar_m, Call("f4" if ty == "f4" else "f8", (Name(ties[x.m]),)))),
+                Assign(adj(x.m), call("select", call("lt", Name(win[x.m]), Lit(0)), Name(share), zero)),
+                For(
+                    s.var,
+                    s.start,
+                    s.stop,
+                    s.step,
+                    [
+                        *f_rep,
+                        *others,
+                        Assign(adj(u[x.m]), call("select", tied_here, Name(share), zero)),
+                        *r_rep,
+                    ],
+                    line=s.line,
+                ),
+            ]
+            one = call("eq", Name(ties[x.m]), Lit(1))
+            reverse.append(If(one, [If(call("ge", Name(win[x.m]), Lit(0)), alone, [])], shared, line=s.line))
+        return forward, reverse
 
     def order_free(self, s: For, rev_body: list[Stmt]) -> set[str] | None:
         """Can the reverse iterations of a recomputed loop run in any order? Then the carried sums, else None.
