@@ -20,7 +20,6 @@ import argparse
 import json
 import math
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +30,6 @@ from pad.kernel.emit import SHARED_ADJOINT_REGISTERS
 
 from numba import config, cuda, float32  # isort: skip  (after pad's shim: numba-cuda needs it under NumPy 2.5)
 
-from apps.cli import warm_up  # isort: skip
 from apps.minibude.kernels import rotation  # isort: skip
 
 KINKS = ("split", "below")
@@ -196,19 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     lanes = args.lanes or _lanes_per_index(-(-n // POSES))
 
     def timed(f: Any) -> float:
-        """Mean seconds per call after a warm-up call and half a second of calls, as the app times them."""
-
-        def seconds(calls: int) -> float:
-            dock.sync()
-            start = time.perf_counter()
-            for _ in range(calls):
-                f()
-            dock.sync()
-            return time.perf_counter() - start
-
-        seconds(1)
-        warm_up(seconds)
-        return seconds(args.iterations) / args.iterations
+        """Seconds per call, timed as the app times its own (``Docking.timed``: after a warm-up)."""
+        return dock.timed(f, args.iterations, lambda _: None)
 
     seed = cp.ones(n, np.float32)
     energies, grad = cp.zeros(n, np.float32), cp.zeros_like(dock.protein_xyz)
