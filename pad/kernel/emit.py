@@ -216,9 +216,15 @@ class Launcher:
     locals: list[LocalArray] = field(
         default_factory=list
     )  # per-thread arrays: local arrays and their shadows
-    # Every private accumulation is at the launch index plus a constant: chunks run in waves (every other
-    # chunk at a time) and add into the arrays themselves; ``privates`` then name no buffers.
-    waves: bool = False
+    # The launch runs by a plan (pad/parallel/plans.py): ``_order`` (launch indices, or empty for the
+    # identity), ``_segs`` (ranges of ``_order``), ``_colours`` (colour c's segments are ``_colours[c]`` to
+    # ``_colours[c + 1] - 1``; the colours run one after the other). A colour's segments form at most
+    # ``_slots`` groups of consecutive segments, each run by one thread; group ``g`` accumulates into slot
+    # ``g`` of each private buffer, or into the array itself where the buffer has no slots.
+    planned: bool = False
+    # Every private accumulation adds into the array itself (a stencil's, whose plan runs blocks in two
+    # colours): ``privates`` then name no buffers.
+    direct: bool = False
     # Reverse mode: the stack depth of every launch index, when known at compile time (else they grow).
     stack: int | None = None
     # Reverse mode: shadows whose seeds the chunk sets to zero after a block of launch indices, at
@@ -279,58 +285,95 @@ def launcher_source(
     """The Python source of a ``@njit(parallel=True)`` launcher running ``body`` for every launch index."""
     p = Printer(types, kinds, sized_stacks=launcher.stack is not None)
     p.renamable = _renamable(body, launch_index)
-    args = ", ".join(
-        ["_n", "_nchunks", *(["_nwaves"] if launcher.waves else []), *launcher.params, *launcher.extras]
-    )
+    plan = ["_slots", "_order", "_segs", "_colours"] if launcher.planned else []
+    args = ", ".join(["_n", "_nchunks", *plan, *launcher.params, *launcher.extras])
     # One chunk's work is a plain njit function that the parallel launcher calls: numba's parfor passes
     # (fusion, pre-lowering), which walk the whole parallel function, then see a loop of calls, not a
     # kernel's adjoint of thousands of statements (a third of its compile time).
     options = f"nogil=True, cache=True, fastmath={fastmath}, error_model='numpy'"
     chunk = f"{launcher.name}_chunk"
-    p.lines += [f"@njit({options})", f"def {chunk}(_c, {args}):"]
-    p.lines += ["        _lo = _n * _c // _nchunks", "        _hi = _n * (_c + 1) // _nchunks"]
+    if launcher.planned:  # chunk _c runs its share of the groups of segments _first, ..., _first + _count - 1
+        p.lines += [f"@njit({options})", f"def {chunk}(_c, _first, _count, _groups, {args}):"]
+    else:
+        p.lines += [f"@njit({options})", f"def {chunk}(_c, {args}):"]
+        p.lines += ["        _lo = _n * _c // _nchunks", "        _hi = _n * (_c + 1) // _nchunks"]
     for local in launcher.locals:
         p.lines.append(f"        {local.target} = np.zeros({local.shape}, np.{local.dtype.name})")
     kinds_used = sorted({s.kind for s in walk(body) if isinstance(s, (Push, Pop))})
     for k in kinds_used:
         room = 64 if launcher.stack is None else max(launcher.stack, 1)
         p.lines.append(f"        _s{k} = np.empty({room}, np.{'float64' if k == 'f' else 'int64'})")
+    depth, lo, hi, slot = 2, "_lo", "_hi", "_c"  # depth: the indentation of the next line, in levels
+
+    def line(text: str) -> None:
+        p.lines.append("    " * depth + text)
+
+    if launcher.planned:
+        line("_ident = _order.shape[0] == 0")
+        line("for _g in range(_groups * _c // _nchunks, _groups * (_c + 1) // _nchunks):")
+        depth, slot = depth + 1, "_g"
+    outer = depth  # where per-slot set-up and sums go
     for buf in launcher.privates:
         base = buf[len("_priv") :]
-        p.lines.append(f"        _pv{base} = {base if launcher.waves else f'{buf}[_c]'}")
+        if launcher.direct:
+            line(f"_pv{base} = {base}")
+        elif launcher.planned:
+            line(f"_pv{base} = {base} if {buf}.shape[0] == 0 else {buf}[_g]")
+        else:
+            line(f"_pv{base} = {buf}[_c]")
     for acc in launcher.accumulators:
-        p.lines.append(f"        _acc{acc} = {_ZERO[p.type_of(acc)]}")
+        line(f"_acc{acc} = {_ZERO[p.type_of(acc)]}")
+    if launcher.planned:
+        line("for _s in range(_first + _count * _g // _groups, _first + _count * (_g + 1) // _groups):")
+        depth, lo, hi = depth + 1, "_segs[_s, 0]", "_segs[_s, 1]"
     # Seeds that the adjoint reads once per launch index are cleared a block at a time, after the block.
-    level = 4 if launcher.clears else 3
-    tab = "    " * level
     if launcher.clears:
-        p.lines.append(f"        for _blk in range(_lo, _hi, {CLEAR_BLOCK}):")
-        p.lines.append(f"            _end = min(_blk + {CLEAR_BLOCK}, _hi)")
-        p.lines.append(f"            for {launch_index} in range(_blk, _end):")
+        line(f"for _blk in range({lo}, {hi}, {CLEAR_BLOCK}):")
+        depth += 1
+        line(f"_end = min(_blk + {CLEAR_BLOCK}, {hi})")
+        lo, hi = "_blk", "_end"
+    blocks_at = depth
+    if launcher.planned:
+        line(f"for _k in range({lo}, {hi}):")
+        depth += 1
+        line(f"{launch_index} = _k if _ident else _order[_k]")
     else:
-        p.lines.append(f"        for {launch_index} in range(_lo, _hi):")
+        line(f"for {launch_index} in range({lo}, {hi}):")
+        depth += 1
     for k in kinds_used:
-        p.lines.append(f"{tab}_n{k} = 0")
+        line(f"_n{k} = 0")
     for name in init:
-        p.lines.append(f"{tab}{p.define(name)} = {_ZERO.get(p.type_of(name), '0.0')}")
+        line(f"{p.define(name)} = {_ZERO.get(p.type_of(name), '0.0')}")
     before = len(p.lines)
-    p.emit(body, level)
+    p.emit(body, depth)
     if len(p.lines) == before and not init and not launcher.accumulators:
-        p.lines.append(f"{tab}pass")
+        line("pass")
     for acc in launcher.accumulators:
-        p.lines.append(f"{tab}_acc{acc} += {p.current(acc)}")
+        line(f"_acc{acc} += {p.current(acc)}")
+    depth = blocks_at
     for shadow, offset in launcher.clears:
-        p.lines.append(f"            {shadow}[_blk + {offset} : _end + {offset}] = 0")
-    for slot, acc in enumerate(launcher.accumulators):
-        p.lines.append(f"        _act[_c, {slot}] = _acc{acc}")
+        if launcher.planned:
+            line("if _ident:")
+            line(f"    {shadow}[_blk + {offset} : _end + {offset}] = 0")
+            line("else:")
+            line("    for _k in range(_blk, _end):")
+            line(f"        {shadow}[_order[_k] + {offset}] = 0")
+        else:
+            line(f"{shadow}[_blk + {offset} : _end + {offset}] = 0")
+    depth = outer
+    for column, acc in enumerate(launcher.accumulators):
+        line(f"_act[{slot}, {column}] += _acc{acc}")
     # The chunk index is cast: numba types a prange index int64 in the launcher but uint64 in the gufunc it
     # lowers the loop to, and the chunk (the kernel's whole body) would be compiled once for each.
     p.lines += ["", "", f"@njit(parallel=True, {options})", f"def {launcher.name}({args}):"]
-    if launcher.waves:  # chunks _wave, _wave + _nwaves, ... at a time
+    if launcher.planned:
         p.lines += [
-            "    for _wave in range(_nwaves):",
-            "        for _k in prange((_nchunks - _wave + _nwaves - 1) // _nwaves):",
-            f"            {chunk}(np.int64(_k) * _nwaves + _wave, {args})",
+            "    for _w in range(_colours.shape[0] - 1):",
+            "        _first = _colours[_w]",
+            "        _count = _colours[_w + 1] - _first",
+            "        _groups = min(_slots, _count)",
+            "        for _c in prange(_nchunks):",
+            f"            {chunk}(np.int64(_c), _first, _count, _groups, {args})",
         ]
     else:
         p.lines += ["    for _c in prange(_nchunks):", f"        {chunk}(np.int64(_c), {args})"]

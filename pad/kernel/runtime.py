@@ -1,4 +1,5 @@
-"""Small compiled helpers that generated kernels call: the growable per-thread stacks of reverse mode."""
+"""Small compiled helpers that generated code calls: the growable per-thread stacks of reverse mode, and the
+greedy colouring step of inspectors."""
 
 from __future__ import annotations
 
@@ -16,3 +17,21 @@ def grown(stack: np.ndarray) -> np.ndarray:
     out = np.empty(2 * stack.shape[0], stack.dtype)
     out[: stack.shape[0]] = stack
     return out
+
+
+@njit(cache=True)
+def colour(keys: np.ndarray, nk: int, mask: np.ndarray) -> int:
+    """The smallest colour (0 to 63) that no element ``keys[:nk]`` bears yet, now set on all of them; 64 if
+    all are taken (the elements are left as they were). A block's colour in an inspector's greedy colouring
+    (pad/kernel/inspector.py)."""
+    used = np.uint64(0)
+    for j in range(nk):
+        used |= mask[keys[j]]
+    c = 0
+    while c < 64 and (used >> np.uint64(c)) & np.uint64(1):
+        c += 1
+    if c < 64:
+        bit = np.uint64(1) << np.uint64(c)
+        for j in range(nk):
+            mask[keys[j]] |= bit
+    return c

@@ -14,7 +14,7 @@ import numpy as np
 
 from pad import arrays, tape
 from pad.kernel import Kernel, Variant
-from pad.parallel import cpu
+from pad.parallel import cpu, plans
 
 __all__ = ["LaunchRecord", "launch"]
 
@@ -86,6 +86,8 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
         _run(variant, n, plain, tangents, shadows)
         return
     variant = k.variant(plain, "adjoint", active, target)
+    if variant.inspector is not None:  # inspects the index arrays before the primal reads them
+        plans.prepare(variant, n, plain)
     kept = {p: ctx.keep(args[p]) for p in variant.loaded}
     ctx.will_write(args[p] for p in variant.stored)
     primal = k.variant(plain, "primal", target=target)

@@ -1,13 +1,12 @@
-"""Running launchers on CPU threads, with race-free accumulation by privatization.
+"""Running launchers on CPU threads.
 
-A launch runs in one contiguous chunk of indices per thread. Arrays that iterations reduce into at shared
-indices (``a[j] += v``, and adjoints of reads at shared indices) get one private buffer per chunk, summed into
-the array after the parallel loop; with one chunk the array itself is the buffer. numba has no CPU atomics,
-so this is how ``+=`` stays exact and deterministic for a given thread count. Where every such add is at the
-launch index plus a constant (a stencil's adjoint: ``Variant.halo``), no buffer is needed: two chunks per
-thread, run in two waves (even chunks, then odd), never add to the same element. Summing a buffer zeroes it, and
-it is kept for the next launch of that shape (in ``SPARE``, up to 1 GiB): no fresh allocation, whose pages
-the OS would zero again on first touch.
+A launch without shared-index accumulations runs in one contiguous chunk of indices per thread. One with them
+(``a[j] += v`` at shared ``j``, and adjoints of reads at shared indices; numba has no CPU atomics) runs by a
+plan (pad/parallel/plans.py): colour by colour, each colour's segments spread over the threads, adding in
+place where the plan says no two running iterations touch one element, else into per-segment private
+buffers, summed into the array after the launch. Summing a buffer zeroes it, and it is kept for the next
+launch of that shape (in ``SPARE``, up to 1 GiB): no fresh allocation, whose pages the OS would zero again on
+first touch.
 """
 
 from __future__ import annotations
@@ -21,6 +20,7 @@ from numba import njit, prange
 
 from pad import arrays
 from pad.kernel import Variant
+from pad.parallel import plans
 
 SPARE = arrays.Pool(1 << 30)  # zeroed private buffers; a launch may take several of one shape (x, y, z)
 
@@ -42,6 +42,18 @@ def _zeroed(nchunks: int, base: np.ndarray) -> np.ndarray:
     return buffer if buffer is not None else np.zeros((nchunks, *base.shape), base.dtype)
 
 
+_NO_BUFFERS: dict[tuple[str, int], np.ndarray] = {}
+
+
+def _no_buffer(base: np.ndarray) -> np.ndarray:
+    """A buffer without slots: the launcher then adds into ``base`` itself."""
+    key = (base.dtype.str, base.ndim)
+    hit = _NO_BUFFERS.get(key)
+    if hit is None:
+        hit = _NO_BUFFERS[key] = np.zeros((0,) * (base.ndim + 1), base.dtype)
+    return hit
+
+
 def _reduce(base: np.ndarray, buffer: np.ndarray) -> None:
     """Add the chunks' buffer into ``base`` and keep the buffer, zeroed, for the next launch."""
     if base.flags.c_contiguous:
@@ -61,20 +73,34 @@ def run(
 ) -> np.ndarray:
     """Run ``variant`` for indices ``range(n)``; returns the adjoints of active scalars (adjoint mode)."""
     threads = numba.get_num_threads()
-    if variant.halo:  # two waves of chunks at least 2 * halo long, or one chunk
-        nchunks = max(1, min(2 * threads, n // (2 * variant.halo))) if threads > 1 else 1
-        schedule = [nchunks, 2 if nchunks > 1 else 1]
-    else:
+    nact = len(variant.active_scalars) if variant.mode == "adjoint" else 0
+    if not (variant.privates or variant.halo):
         nchunks = max(1, min(threads, n))
-        schedule = [nchunks]
-    bases = [args[p] if kind == "primal" else shadows[p] for kind, p in variant.privates]  # type: ignore[index]
-    buffers = [_zeroed(nchunks, b) if nchunks > 1 else b[np.newaxis] for b in bases]
-    call = [n, *schedule, *args, *extras, *buffers]
-    outputs = np.zeros((nchunks, len(variant.active_scalars)))
-    if variant.mode == "adjoint" and variant.active_scalars:
-        call.append(outputs)
-    variant.launcher(*call)
-    if nchunks > 1:
-        for base, buffer in zip(bases, buffers, strict=True):
-            _reduce(base, buffer)
+        outputs = np.zeros((nchunks, nact))
+        variant.launcher(n, nchunks, *args, *extras, *([outputs] if nact else []))
+    else:
+        plan = plans.plan(variant, n, tuple(args))
+        bases = [args[p] if kind == "primal" else shadows[p] for kind, p in variant.privates]  # type: ignore[index]
+        private = [p in plan.private for _, p in variant.privates]
+        buffers = [
+            _zeroed(plan.slots, b) if own else _no_buffer(b) for b, own in zip(bases, private, strict=True)
+        ]
+        outputs = np.zeros((plan.slots, nact))
+        variant.launcher(
+            n,
+            max(1, min(threads, plan.slots)),
+            plan.slots,
+            plan.order,
+            plan.segs,
+            plan.colours,
+            *args,
+            *extras,
+            *buffers,
+            *([outputs] if nact else []),
+        )
+        for base, buffer, own in zip(bases, buffers, private, strict=True):
+            if own:
+                _reduce(base, buffer)
+    for p in variant.stored:
+        plans.forget(args[p])
     return outputs.sum(axis=0)

@@ -1,0 +1,310 @@
+"""How a CPU launch with shared-index accumulations runs without races: the plan, chosen here and only here.
+
+A launch whose iterations accumulate into an array at indices they may share (``a[j] += v``; the adjoint of
+every read ``x[idx[i]]``) runs by a ``Plan``: its launch indices, in groups of one *colour* run one after the
+other, each colour split into at most ``SLOTS`` segments that threads run at once. Per array, one of:
+
+- *in place*: no two launch indices touch one element (a permutation, a partition such as LULESH's corner
+  list): the accumulations go to the array itself, in launch order;
+- *coloured*: they do, but rarely: the launch indices are coloured so that no two of one colour touch one
+  element (how OP2 and PyOP2 run indirect increments), and each colour runs in parallel, adding in place;
+- *private*: many launch indices touch one element (every one, for an index that does not vary with the
+  launch index): segment ``s`` accumulates into slot ``s`` of a buffer of ``SLOTS`` copies of the array,
+  summed into it in slot order after the launch.
+
+The kernel's inspector (pad/kernel/inspector.py) finds which, where integer data decides the indices; it
+runs once per index array, and its plan is cached. A plan depends on the contents of the index arrays the
+inspector read: each use compares them with copies the plan keeps (in parallel: a read of both), and a kernel
+that stores into one drops the plans made from it, so a plan is never stale. Where the inspector cannot tell
+(indices computed from floating-point data), the arrays are private; a stencil's adjoint (``Variant.halo``)
+runs blocks of at least ``2 * halo`` indices in two colours, even blocks then odd ones, in place.
+
+Segments and colours do not depend on the thread count, so neither does the order of any floating-point sum:
+results are the same on any number of threads.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+from pad.kernel import Variant
+from pad.kernel.inspector import MAX_DIMS
+
+__all__ = ["SLOTS", "Plan", "forget", "plan", "prepare", "stats"]
+
+SLOTS = 64
+"""Segments per colour, at most: the parallelism a colour offers, and the copies a private buffer holds."""
+
+MAX_DEGREE = 16
+"""An array that more launch indices than this touch at one element is private (a colouring would need at
+least as many colours, each a pass over the launch with a barrier); where fewer do, it is coloured."""
+
+KEPT_PLANS = 4  # per variant: plans for that many index arrays (and launch sizes) are kept
+
+NO_ORDER = np.empty(0, np.int64)  # the identity order
+
+
+@dataclass
+class Plan:
+    """How to run one launch: launch indices by colour, segments, and the arrays with private buffers."""
+
+    order: np.ndarray  # launch indices, colour by colour (NO_ORDER: 0, 1, ..., n - 1)
+    segs: np.ndarray  # (segments, 2): ranges of ``order``, each run in order by one thread
+    colours: np.ndarray  # colour c's segments are ``colours[c]`` to ``colours[c + 1] - 1``
+    private: frozenset[int]  # positions of the arrays accumulated into per-slot buffers
+    # A colour's segments form min(slots, its segments) groups of consecutive ones; group g runs on one
+    # thread, into slot g of the private buffers and of the active scalars' sums.
+    slots: int
+    strategy: str
+    # what an inspected plan was made from (besides the integer scalars in its key): copies of the index
+    # arrays read, and the shapes of the arrays whose shapes the inspector used
+    copies: list[np.ndarray] = field(default_factory=list)
+    shapes: tuple = ()
+
+
+STATS: dict[str, Any] = {
+    "inspections": 0,
+    "inspect_s": 0.0,
+    "validations": 0,
+    "validate_s": 0.0,
+    "kernels": {},
+}
+
+
+def stats() -> dict[str, Any]:
+    """Inspections run (and their seconds), plan validations (and theirs), and per kernel variant its
+    strategy: ``{"kernels": {"k_gather_forces (adjoint)": {"strategy": "in place", "colours": 1,
+    "inspect_s": ...}, ...}}``."""
+    return {**STATS, "kernels": {k: dict(v) for k, v in STATS["kernels"].items()}}
+
+
+def _segments(bounds: list[int]) -> tuple[np.ndarray, np.ndarray, int]:
+    """Segments (at most ``SLOTS`` per colour, of near-equal length) of colours ``bounds[c]:bounds[c + 1]``."""
+    segs: list[tuple[int, int]] = []
+    colours = [0]
+    for lo, hi in itertools.pairwise(bounds):
+        k = min(SLOTS, hi - lo)
+        segs += [(lo + (hi - lo) * j // k, lo + (hi - lo) * (j + 1) // k) for j in range(k)]
+        colours.append(len(segs))
+    counts = np.diff(colours)
+    return np.array(segs, np.int64).reshape(-1, 2), np.array(colours, np.int64), int(counts.max(initial=1))
+
+
+def _stencil(n: int, halo: int) -> Plan:
+    """Blocks of at least ``2 * halo`` indices, even ones then odd ones: no two blocks of one colour are
+    within ``halo`` of each other."""
+    block = max(2 * halo, -(-n // (2 * SLOTS)), 1)
+    starts = list(range(0, n, block))
+    blocks = [(lo, min(lo + block, n)) for lo in starts]
+    even, odd = blocks[0::2], blocks[1::2]
+    segs = np.array(even + odd, np.int64).reshape(-1, 2)
+    colours = np.array([0, len(even), len(even) + len(odd)] if odd else [0, len(even)], np.int64)
+    return Plan(NO_ORDER, segs, colours, frozenset(), max(len(even), 1), "stencil")
+
+
+def _static(variant: Variant, n: int) -> Plan:
+    segs, colours, slots = _segments([0, n])
+    return Plan(NO_ORDER, segs, colours, frozenset(p for _, p in variant.privates), slots, "private")
+
+
+_STATIC: dict[tuple[int, int], Plan] = {}  # (id of variant, n) -> plan of a variant without an inspector
+_INSPECTED: dict[int, dict[tuple, Plan]] = {}  # id of variant -> (n, index arrays' ids, scalars) -> plan
+_BY_ARRAY: dict[int, dict[tuple, dict[tuple, Plan]]] = {}  # id of an index array -> plans made from it
+_LOCK = threading.Lock()  # launches may come from several threads (pad.tasks)
+
+
+def plan(variant: Variant, n: int, args: tuple) -> Plan:
+    """The plan of launching ``variant`` over ``range(n)`` on ``args``: cached, validated, or made now."""
+    ins = variant.inspector
+    if ins is None:
+        key = (id(variant), n)
+        hit = _STATIC.get(key)
+        if hit is None:
+            hit = _STATIC[key] = _stencil(n, variant.halo) if variant.halo else _static(variant, n)
+        return hit
+    plans = _INSPECTED.setdefault(id(variant), {})
+    key = (n, *(id(args[p]) for p in ins.reads), *(args[p] for p in ins.scalars))
+    hit = plans.get(key)
+    if hit is not None and _valid(hit, ins, args):
+        return hit
+    return _remember(variant, plans, key, n, args)
+
+
+def prepare(variant: Variant, n: int, args: tuple) -> None:
+    """Inspect now if no plan for these index arrays is cached: before a primal launch reads them, so that a
+    bad entry is reported, not read out of bounds. (A cached plan is validated where it is used.)"""
+    ins = variant.inspector
+    if ins is not None:
+        plans = _INSPECTED.setdefault(id(variant), {})
+        key = (n, *(id(args[p]) for p in ins.reads), *(args[p] for p in ins.scalars))
+        if key not in plans:
+            _remember(variant, plans, key, n, args)
+
+
+def _remember(variant: Variant, plans: dict[tuple, Plan], key: tuple, n: int, args: tuple) -> Plan:
+    ins = variant.inspector
+    assert ins is not None
+    made = _inspect(variant, n, args)
+    with _LOCK:
+        while len(plans) >= KEPT_PLANS:
+            del plans[next(iter(plans))]
+        plans[key] = made
+        for p in ins.reads:
+            refs = _BY_ARRAY.setdefault(id(args[p]), {})
+            refs[(id(plans), key)] = plans
+            if len(refs) > 4 * KEPT_PLANS:  # drop references to plans already evicted
+                _BY_ARRAY[id(args[p])] = {k: v for k, v in refs.items() if k[1] in v}
+    return made
+
+
+def forget(array: Any) -> None:
+    """Drop the plans made from ``array``'s contents (a kernel has just stored into it)."""
+    if _BY_ARRAY:
+        with _LOCK:
+            for (_, key), plans in _BY_ARRAY.pop(id(array), {}).items():
+                plans.pop(key, None)
+
+
+@njit(parallel=True, cache=True)
+def _differences(a: np.ndarray, b: np.ndarray) -> int:
+    """How many elements of two 1-D arrays differ."""
+    count = 0
+    for j in prange(a.shape[0]):
+        if a[j] != b[j]:
+            count += 1
+    return count
+
+
+def _same(a: np.ndarray, copy: np.ndarray) -> bool:
+    if a.shape != copy.shape or a.dtype != copy.dtype:
+        return False
+    if a.flags.c_contiguous:
+        return _differences(a.reshape(-1), copy.reshape(-1)) == 0
+    return bool(np.array_equal(a, copy))
+
+
+def _valid(p: Plan, ins: Any, args: tuple) -> bool:
+    """Whether the index arrays, scalars and shapes are still those ``p`` was made from (exactly)."""
+    begin = time.perf_counter()
+    ok = p.shapes == tuple(args[q].shape for q in ins.shapes) and all(
+        _same(args[q], copy) for q, copy in zip(ins.reads, p.copies, strict=True)
+    )
+    STATS["validations"] += 1
+    STATS["validate_s"] += time.perf_counter() - begin
+    return ok
+
+
+def _inspect(variant: Variant, n: int, args: tuple) -> Plan:
+    """Run the inspector and choose, per array, in place, coloured or private (see the module's doc)."""
+    ins = variant.inspector
+    assert ins is not None
+    sizes = [int(np.prod(args[p].shape)) for p in ins.touched]
+    base = np.zeros(len(sizes) + 1, np.int64)
+    base[1:] = np.cumsum(sizes)
+    total = int(base[-1])
+    count = np.zeros(total, np.int64)
+    last = np.full(total, -1, np.int64)
+    colourable = np.zeros(len(sizes), np.bool_)
+    err = np.zeros(2 + 2 * MAX_DIMS + 1, np.int64)
+    whole = np.array([0, n], np.int64)
+
+    def run(step: int, order: np.ndarray, bounds: np.ndarray, mask: np.ndarray, colour: np.ndarray) -> int:
+        return ins.function(step, order, bounds, *args, base, colourable, count, last, mask, colour, err)
+
+    no_mask, no_colour = np.empty(0, np.uint64), np.empty(0, np.int64)
+    call = (0, NO_ORDER, whole, *args, base, colourable, count, last, no_mask, no_colour, err)
+    ins.function.compile(tuple(numba.typeof(a) for a in call))  # not timed: compiling
+    begin = time.perf_counter()
+    if run(0, NO_ORDER, whole, no_mask, no_colour) == 1:
+        raise IndexError(ins.message(variant.kernel, err, args))
+    degrees = [int(count[base[a] : base[a + 1]].max(initial=0)) for a in range(len(sizes))]
+    private = {p for _, p in variant.privates} - set(ins.touched)
+    for a, p in enumerate(ins.touched):
+        if degrees[a] > MAX_DEGREE and SLOTS * sizes[a] <= n:  # a small buffer: cheaper than waiting
+            private.add(p)
+        colourable[a] = degrees[a] > 1 and p not in private
+    if colourable.any():
+        hot = np.zeros(total, np.bool_)
+        for c in np.flatnonzero(colourable):
+            hot[base[c] : base[c + 1]] = count[base[c] : base[c + 1]] > MAX_DEGREE
+        order, segs, colours, slots = _colour(run, n, hot)
+        strategy = f"coloured ({len(colours) - 1})"
+    else:
+        (order, (segs, colours, slots)), strategy = (NO_ORDER, _segments([0, n])), "in place"
+    if private:
+        strategy = "private" if private >= set(ins.touched) else f"{strategy}, some private"
+    made = Plan(
+        order,
+        segs,
+        colours,
+        frozenset(private),
+        slots,
+        strategy,
+        [np.array(args[p], copy=True, order="C") for p in ins.reads],
+        tuple(args[q].shape for q in ins.shapes),
+    )
+    seconds = time.perf_counter() - begin
+    STATS["inspections"] += 1
+    STATS["inspect_s"] += seconds
+    entry = STATS["kernels"].setdefault(
+        f"{variant.kernel} ({variant.mode})", {"inspections": 0, "inspect_s": 0.0}
+    )
+    entry["inspections"] += 1
+    entry["inspect_s"] += seconds
+    entry["strategy"] = strategy
+    return made
+
+
+BLOCKS_PER_COLOUR = 32
+"""A colouring of blocks is taken if its colours have this many blocks each, on average (else the blocks
+are halved, down to single launch indices)."""
+
+SERIAL = 64  # the colour ``runtime.colour`` gives where none is left
+
+
+def _colour(run: Any, n: int, hot: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """(order, segments, colours, slots) of a colouring: of blocks of consecutive launch indices, each block
+    run in launch order (what the launch's memory accesses favour), as large as still leaves
+    ``BLOCKS_PER_COLOUR`` blocks per colour; the launch indices that touch an element touched by more than
+    ``MAX_DEGREE`` of them (``hot``) run last, one after the other, on one thread."""
+    mask = np.where(hot, ~np.uint64(0), np.uint64(0))
+    order, m = NO_ORDER, n
+    if hot.any():
+        probe = np.zeros(n, np.int64)
+        run(1, NO_ORDER, np.arange(n + 1, dtype=np.int64), mask.copy(), probe)
+        serial = probe == SERIAL
+        order = np.concatenate([np.flatnonzero(~serial), np.flatnonzero(serial)]).astype(np.int64)
+        m = n - int(serial.sum())
+    block = max(1, m // (4 * SLOTS))
+    while True:
+        bounds = np.append(np.arange(0, m, block, dtype=np.int64), np.int64(m))
+        colour = np.zeros(len(bounds) - 1, np.int64)
+        run(1, order, bounds, mask.copy(), colour)
+        used = int(colour[colour < SERIAL].max(initial=-1)) + 1
+        if block == 1 or (not (colour == SERIAL).any() and len(colour) >= BLOCKS_PER_COLOUR * used):
+            break
+        block //= 2
+    by_colour = np.argsort(colour, kind="stable")
+    if block == 1:  # single launch indices: put them in colour order, those left without one last
+        ordered = (np.arange(m) if order is NO_ORDER else order[:m])[by_colour]
+        order = np.concatenate([ordered, order[m:] if m < n else np.empty(0, np.int64)]).astype(np.int64)
+        counts = np.bincount(colour[colour < SERIAL], minlength=used)
+        bounds_c = [0, *np.cumsum(counts).tolist()]
+        segs, colours, slots = _segments(bounds_c)
+        m = bounds_c[-1]
+    else:
+        segs = np.stack([bounds[:-1][by_colour], bounds[1:][by_colour]], axis=1)
+        colours = np.concatenate([[0], np.cumsum(np.bincount(colour, minlength=used))]).astype(np.int64)
+        slots = min(SLOTS, int(np.diff(colours).max()))
+    if m < n:  # the serial colour: one segment
+        segs = np.concatenate([segs, [[m, n]]]).astype(np.int64)
+        colours = np.append(colours, np.int64(len(segs)))
+    return order, segs, colours, max(slots, 1)

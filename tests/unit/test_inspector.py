@@ -1,0 +1,263 @@
+"""Scatter adjoints through index arrays: the inspector's plans (in place, coloured, private), their
+validity when index arrays change, thread-count independence and bad index arrays."""
+
+from __future__ import annotations
+
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+import pad
+from pad.parallel import plans
+
+
+@pad.kernel
+def k_gather(i, idx, x, y):
+    """y[i] = f(x[idx[i]]): through a permutation, the adjoint's scatter touches each element once."""
+    v = x[idx[i]]
+    y[i] = v * v + 0.5 * v
+
+
+@pad.kernel
+def k_gather_csr(n, start, items, x, y):
+    """Each n sums x over its slice of ``items`` (a partition of the elements, as LULESH's corner list)."""
+    s = 0.0
+    for c in range(start[n], start[n + 1]):
+        s += x[items[c] // 4, items[c] % 4] * (1.0 + 0.1 * c)
+    y[n] = s * s
+
+
+@pad.kernel
+def k_hex(i, nodes, x, y):
+    """A many-to-one map: each element reads the values at its 4 nodes, each node shared by elements."""
+    s = 0.0
+    for k in range(4):
+        s += x[nodes[i, k]] * (k + 1.0)
+    y[i] = math.sin(s)
+
+
+@pad.kernel
+def k_shift(i, idx):
+    """A kernel that writes an index array."""
+    idx[i] = (idx[i] + 1) % idx.shape[0]
+
+
+@pad.kernel
+def k_scale(i, a, x, y):
+    """Every launch index reads ``a[0]``: its adjoint is a reduction, into a private buffer."""
+    y[i] = a[0] * x[i]
+
+
+def strategy(name: str) -> str:
+    return plans.stats()["kernels"][f"{name} (adjoint)"]["strategy"]
+
+
+def inspections(name: str) -> int:
+    return plans.stats()["kernels"].get(f"{name} (adjoint)", {}).get("inspections", 0)
+
+
+def gradient(kernel, n, index, x, seed):
+    dx = np.zeros_like(x)
+    y = np.zeros(n)
+    pad.autodiff(
+        lambda x, y: pad.launch(kernel, n, *index, x, y), pad.Dup(x.copy(), dx), pad.Dup(y, seed.copy())
+    )
+    return dx
+
+
+def test_a_permutation_adds_in_place():
+    rng = np.random.default_rng(0)
+    n = 5000
+    idx = rng.permutation(n)
+    x, seed = rng.uniform(0.5, 1.5, n), rng.uniform(-1, 1, n)
+    dx = gradient(k_gather, n, (idx,), x, seed)
+    expected = np.zeros(n)
+    expected[idx] = seed * (2 * x[idx] + 0.5)
+    np.testing.assert_allclose(dx, expected, rtol=1e-14)
+    assert strategy("k_gather") == "in place"
+    pad.check_grad(
+        lambda x, y: pad.launch(k_gather, 200, idx[:200] % 200, x, y),
+        pad.Dup(rng.uniform(0.5, 1.5, 200), np.zeros(200)),
+        pad.Dup(np.zeros(200), np.zeros(200)),
+    )
+
+
+def test_a_partition_adds_in_place():
+    rng = np.random.default_rng(1)
+    n, m = 300, 4 * 250  # 300 slices of a permutation of the 1000 elements of x (250 x 4)
+    items = rng.permutation(m)
+    cuts = np.sort(rng.choice(np.arange(1, m), n - 1, replace=False))
+    start = np.concatenate([[0], cuts, [m]]).astype(np.int64)
+    x = rng.uniform(0.5, 1.5, (250, 4))
+    dx = gradient(k_gather_csr, n, (start, items), x, np.ones(n))
+    assert strategy("k_gather_csr") == "in place"
+    expected = np.zeros(m)
+    for c in range(n):
+        s = sum(x.flat[items[j]] * (1.0 + 0.1 * j) for j in range(start[c], start[c + 1]))
+        for j in range(start[c], start[c + 1]):
+            expected[items[j]] += 2 * s * (1.0 + 0.1 * j)
+    np.testing.assert_allclose(dx.ravel(), expected, rtol=1e-12)
+    pad.check_grad(
+        lambda x, y: pad.launch(k_gather_csr, n, start, items, x, y),
+        pad.Dup(x.copy(), np.zeros_like(x)),
+        pad.Dup(np.zeros(n), np.zeros(n)),
+    )
+
+
+def hex_nodes(cells: int) -> np.ndarray:
+    """The 4 nodes of each cell of a strip of quads: 2 * (cells + 1) nodes, each in up to 2 cells."""
+    e = np.arange(cells)
+    return np.stack([e, e + 1, e + cells + 2, e + cells + 1], axis=1).astype(np.int64)
+
+
+def test_a_many_to_one_map_is_coloured():
+    rng = np.random.default_rng(2)
+    n = 4000
+    nodes = hex_nodes(n)
+    x = rng.uniform(-1, 1, 2 * (n + 1))
+    seed = rng.uniform(-1, 1, n)
+    dx = gradient(k_hex, n, (nodes,), x, seed)
+    assert strategy("k_hex").startswith("coloured")
+    s = (x[nodes] * np.arange(1.0, 5.0)).sum(axis=1)
+    expected = np.zeros_like(x)
+    np.add.at(expected, nodes, (seed * np.cos(s))[:, None] * np.arange(1.0, 5.0))
+    np.testing.assert_allclose(dx, expected, rtol=1e-12, atol=1e-14)
+
+
+def test_an_arbitrary_many_to_one_map_passes_check_grad():
+    rng = np.random.default_rng(3)
+    n, m = 400, 150
+    nodes = rng.integers(0, m, (n, 4))
+    pad.check_grad(
+        lambda x, y: pad.launch(k_hex, n, nodes, x, y),
+        pad.Dup(rng.uniform(-1, 1, m), np.zeros(m)),
+        pad.Dup(np.zeros(n), np.zeros(n)),
+    )
+    assert strategy("k_hex").startswith("coloured")
+
+
+def test_an_element_every_index_touches_runs_last_on_one_thread():
+    """A sentinel that many launch indices point at (LULESH's zero slot) must not serialize the rest."""
+    rng = np.random.default_rng(4)
+    n = 3000
+    nodes = hex_nodes(n)
+    sentinel = 2 * (n + 1)
+    nodes[::7, 3] = sentinel
+    x = rng.uniform(-1, 1, sentinel + 1)
+    seed = rng.uniform(-1, 1, n)
+    dx = gradient(k_hex, n, (nodes,), x, seed)
+    s = (x[nodes] * np.arange(1.0, 5.0)).sum(axis=1)
+    expected = np.zeros_like(x)
+    np.add.at(expected, nodes, (seed * np.cos(s))[:, None] * np.arange(1.0, 5.0))
+    np.testing.assert_allclose(dx, expected, rtol=1e-12, atol=1e-14)
+
+
+def test_an_index_every_launch_index_shares_is_private():
+    rng = np.random.default_rng(5)
+    n = 1000
+    a, x = np.array([1.5]), rng.uniform(-1, 1, n)
+    da, dy = np.zeros(1), np.ones(n)
+    pad.autodiff(
+        lambda a, x, y: pad.launch(k_scale, n, a, x, y),
+        pad.Dup(a, da),
+        pad.Const(x),
+        pad.Dup(np.zeros(n), dy),
+    )
+    np.testing.assert_allclose(da, [x.sum()], rtol=1e-13)
+
+
+def test_an_index_array_changed_by_numpy_is_inspected_again():
+    rng = np.random.default_rng(6)
+    n = 2000
+    idx = rng.permutation(n)
+    x, seed = rng.uniform(0.5, 1.5, n), np.ones(n)
+    gradient(k_gather, n, (idx,), x, seed)
+    before = inspections("k_gather")
+    gradient(k_gather, n, (idx,), x, seed)
+    assert inspections("k_gather") == before  # the same contents: the cached plan
+    idx[:100] = 0  # now many-to-one, in place: the plan must not be reused
+    dx = gradient(k_gather, n, (idx,), x, seed)
+    assert inspections("k_gather") == before + 1
+    assert strategy("k_gather") != "in place"
+    expected = np.zeros(n)
+    np.add.at(expected, idx, 2 * x[idx] + 0.5)
+    np.testing.assert_allclose(dx, expected, rtol=1e-13)
+
+
+def test_an_index_array_changed_by_a_kernel_is_inspected_again():
+    rng = np.random.default_rng(7)
+    n = 2000
+    idx = rng.permutation(n)
+    x, seed = rng.uniform(0.5, 1.5, n), np.ones(n)
+    gradient(k_gather, n, (idx,), x, seed)
+    before = inspections("k_gather")
+    pad.launch(k_shift, n, idx)
+    dx = gradient(k_gather, n, (idx,), x, seed)
+    assert inspections("k_gather") == before + 1
+    expected = np.zeros(n)
+    expected[idx] = 2 * x[idx] + 0.5
+    np.testing.assert_allclose(dx, expected, rtol=1e-14)
+
+
+def test_an_out_of_range_entry_is_reported():
+    n = 100
+    idx = np.arange(n)
+    idx[37] = 1000
+    with pytest.raises(IndexError, match=r"index array 'idx' holds 1000 at position \(37,\).*'x'"):
+        gradient(k_gather, n, (idx,), np.ones(n), np.ones(n))
+    nodes = hex_nodes(50)
+    nodes[12, 2] = -500
+    with pytest.raises(IndexError, match=r"index array 'nodes' holds -500 at position \(12, 2\)"):
+        gradient(k_hex, 50, (nodes,), np.ones(102), np.ones(50))
+
+
+def test_a_short_index_array_is_reported():
+    start = np.array([0, 2, 4], np.int64)  # three slices need four bounds
+    with pytest.raises(
+        IndexError, match=r"reads index array 'start' at \(3,\), out of range for its shape \(3,\)"
+    ):
+        gradient(k_gather_csr, 3, (start, np.arange(8)), np.ones((2, 4)), np.ones(3))
+
+
+THREADS = """
+import numba, numpy as np, pad
+from tests.unit.test_inspector import k_hex, k_scale, hex_nodes
+from tests.unit.corpus import k_scatter_add
+
+rng = np.random.default_rng(8)
+nodes = hex_nodes(3000)
+x = rng.uniform(-1, 1, 2 * 3001)
+idx = rng.integers(0, 50, 20000)
+w = rng.uniform(0.5, 1.5, 20000)
+seed = rng.uniform(-1, 1, 3000)
+out = {}
+for threads in (1, 2, 4):
+    numba.set_num_threads(threads)
+    dx, dy = np.zeros_like(x), seed.copy()
+    pad.autodiff(lambda x, y: pad.launch(k_hex, 3000, nodes, x, y), pad.Dup(x.copy(), dx), pad.Dup(np.zeros(3000), dy.copy()))
+    dw, dh = np.zeros_like(w), np.linspace(0.5, 1.5, 50)
+    h = np.zeros(50)
+    pad.autodiff(lambda w, h: pad.launch(k_scatter_add, 20000, idx, w, h), pad.Dup(w.copy(), dw), pad.Dup(h, dh))
+    da = np.zeros(1)  # a sum over 20000 launch indices (per thread, then over threads, before)
+    pad.autodiff(lambda a, y: pad.launch(k_scale, 20000, a, w, y), pad.Dup(np.ones(1), da), pad.Dup(np.zeros(20000), w - 1.0))
+    out[threads] = (dx, dw, h, da)
+for threads in (2, 4):
+    for a, b in zip(out[1], out[threads]):
+        assert np.array_equal(a, b), threads
+print("identical")
+"""
+
+
+def test_gradients_are_identical_on_1_2_and_4_threads():
+    env = dict(os.environ, NUMBA_NUM_THREADS="4", OMP_NUM_THREADS="1")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(THREADS)], cwd=root, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "identical" in done.stdout
