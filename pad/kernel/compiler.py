@@ -177,7 +177,8 @@ def build(
         privates, launcher.direct = [], True
     else:
         launcher.extras += buffers
-    launcher.planned = bool(buffers) and target == "cpu"
+    # Sums over the launch indices (into private buffers, or active scalars' adjoints) run by a plan
+    launcher.planned = bool(buffers or launcher.accumulators) and target == "cpu"
     launcher.privates = buffers
     if launcher.accumulators:
         launcher.extras.append("_act")

@@ -74,7 +74,7 @@ def run(
     """Run ``variant`` for indices ``range(n)``; returns the adjoints of active scalars (adjoint mode)."""
     threads = numba.get_num_threads()
     nact = len(variant.active_scalars) if variant.mode == "adjoint" else 0
-    if not (variant.privates or variant.halo):
+    if not (variant.privates or variant.halo or nact):
         nchunks = max(1, min(threads, n))
         outputs = np.zeros((nchunks, nact))
         variant.launcher(n, nchunks, *args, *extras, *([outputs] if nact else []))

@@ -53,6 +53,12 @@ def k_scale(i, a, x, y):
     y[i] = a[0] * x[i]
 
 
+@pad.kernel
+def k_active(i, a, x, y):
+    """An active scalar: its adjoint is a sum over the launch indices."""
+    y[i] = a * x[i]
+
+
 def strategy(name: str) -> str:
     return plans.stats()["kernels"][f"{name} (adjoint)"]["strategy"]
 
@@ -226,7 +232,7 @@ def test_a_short_index_array_is_reported():
 
 THREADS = """
 import numba, numpy as np, pad
-from tests.unit.test_inspector import k_hex, k_scale, hex_nodes
+from tests.unit.test_inspector import k_active, k_hex, k_scale, hex_nodes
 from tests.unit.corpus import k_scatter_add
 
 rng = np.random.default_rng(8)
@@ -245,7 +251,8 @@ for threads in (1, 2, 4):
     pad.autodiff(lambda w, h: pad.launch(k_scatter_add, 20000, idx, w, h), pad.Dup(w.copy(), dw), pad.Dup(h, dh))
     da = np.zeros(1)  # a sum over 20000 launch indices (per thread, then over threads, before)
     pad.autodiff(lambda a, y: pad.launch(k_scale, 20000, a, w, y), pad.Dup(np.ones(1), da), pad.Dup(np.zeros(20000), w - 1.0))
-    out[threads] = (dx, dw, h, da)
+    (a,) = pad.autodiff(lambda a, y: pad.launch(k_active, 20000, a, w, y), pad.Active(2.0), pad.Dup(np.zeros(20000), w - 1.0))
+    out[threads] = (dx, dw, h, da, np.array([a]))
 for threads in (2, 4):
     for a, b in zip(out[1], out[threads]):
         assert np.array_equal(a, b), threads
