@@ -17,7 +17,11 @@ Two launches make one evaluation:
 
    ``a * min(d - radij, 0) + chrg * min(d - (radij + elcdst), 0) + dslv * min(d - (radij + distdslv), 0)``
 
-   with ``a = steric - chrg - dslv``: three ``min``s, no branch, and an adjoint of three compares per pair.
+   with ``a = steric - chrg - dslv``. Each ``min(x, 0)`` is a zone test of the reference (``zone1 = distbb <
+   0``, ``distbb < elcdst``, ``distbb < distdslv``), so it is written as the reference writes those, a select:
+   ``x if x < 0 else 0``. It compiles to the instruction ``min`` does (fast math), and its derivative is the
+   compare already made; a ``min`` would also pay the tie rule (each argument gets half at ``x == 0``,
+   two compares more per term), which is for real minima, not for zone tests.
 2. :func:`fasten` (one launch index per block of ``ppwi`` consecutive poses, one pose at a time; used when
    ``ppwi`` < 4) and :func:`fasten_x4` (four poses at a time; the default on CPUs and GPUs) rotate and translate
    each ligand atom by a pose and sum the pair energies over the protein atoms in the innermost loop, which
@@ -29,7 +33,7 @@ Two launches make one evaluation:
 Gradients come from ``pad.autodiff`` over the launches: with respect to protein coordinates and poses through
 the fasten kernels, with respect to the forcefield through :func:`pair_coefficients` as well. The driver fuses
 the last launch (``autodiff(..., fuse=True)``): one launch computes each pair's energy and its adjoint (the
-distance and its reciprocal, three compares, the slope times the direction), about 2.3x the energies on CPUs.
+distance and its reciprocal, three compares, the slope times the direction).
 """
 
 from __future__ import annotations
@@ -143,7 +147,14 @@ def pair_energy(lx, ly, lz, px, py, pz, k0, k1, k2, k3, k4, k5):
     z = lz - pz
     d = math.sqrt(x * x + y * y + z * z)
     zero = np.float32(0.0)
-    return k1 * min(d - k0, zero) + k2 * min(d - k3, zero) + k4 * min(d - k5, zero)
+    steric = d - k0
+    charge = d - k3
+    desolvation = d - k5
+    return (
+        k1 * (steric if steric < zero else zero)
+        + k2 * (charge if charge < zero else zero)
+        + k4 * (desolvation if desolvation < zero else zero)
+    )
 
 
 @pad.func
