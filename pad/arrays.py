@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 import numpy as np
+from numba import njit, prange
 
 
 def is_device(a: Any) -> bool:
@@ -121,9 +122,54 @@ def zeros_like(a: Any) -> Any:
     return zeros(a, a.shape, a.dtype)
 
 
+PARALLEL_BYTES = 1 << 19
+"""Host copies and fills of C-contiguous arrays this large or larger run on all of numba's threads: the tape's
+copies of overwritten values are serial work between parallel launches otherwise. (Smaller ones are not worth
+a parallel region: waking the threads costs microseconds, and on a machine shared with other work, where a
+thread may wait for a core, milliseconds.)"""
+
+
+@njit(parallel=True, cache=True)
+def _copy_flat(dst: np.ndarray, src: np.ndarray) -> None:
+    for j in prange(src.shape[0]):
+        dst[j] = src[j]
+
+
+@njit(parallel=True, cache=True)
+def _fill_flat(dst: np.ndarray, value: Any) -> None:
+    for j in prange(dst.shape[0]):
+        dst[j] = value
+
+
+def _parallel(*arrays: np.ndarray) -> bool:
+    return arrays[0].nbytes >= PARALLEL_BYTES and all(a.flags.c_contiguous for a in arrays)
+
+
+def copyto(dst: np.ndarray, src: np.ndarray) -> None:
+    """``dst[...] = src`` for host arrays of one shape and dtype."""
+    if _parallel(dst, src) and dst.shape == src.shape and dst.dtype == src.dtype:
+        _copy_flat(dst.reshape(-1), src.reshape(-1))
+    else:
+        np.copyto(dst, src)
+
+
+def fill(a: np.ndarray, value: float) -> None:
+    """``a[...] = value`` for a host array."""
+    if _parallel(a):
+        _fill_flat(a.reshape(-1), a.dtype.type(value))
+    else:
+        a.fill(value)
+
+
 def copy(a: Any) -> Any:
     """A new array with ``a``'s values, in ``a``'s memory."""
-    if isinstance(a, np.ndarray) or is_cupy(a):
+    if isinstance(a, np.ndarray):
+        if not _parallel(a):
+            return a.copy()
+        out = np.empty_like(a, order="C")
+        copyto(out, a)
+        return out
+    if is_cupy(a):
         return a.copy()
     from numba import cuda
 
@@ -183,6 +229,15 @@ def root(a: Any) -> Any:
             a = a.base
         return a
     return a
+
+
+def owner(a: Any) -> int | None:
+    """The id of the NumPy array that owns ``a``'s memory, or None where that is not known (device arrays,
+    arrays over other objects' buffers). Arrays with different owners never share memory."""
+    if not isinstance(a, np.ndarray):
+        return None
+    base = root(a)
+    return id(base) if base.flags.owndata else None
 
 
 def view(base: Any, shape: tuple, strides: tuple, offset: int) -> Any:

@@ -128,6 +128,9 @@ class Context:
         self._regions: dict[int, tuple[Callable[[], Any], Any]] = {}
         self._const_ids: dict[int, Any] = {}
         self._live: dict[tuple, Kept] = {}
+        # the same, by the NumPy array that owns their memory (None: not known): a write compares its extent
+        # with the kept values of its owner and of None only (distinct owners' memories never overlap)
+        self._live_by_owner: dict[int | None, dict[tuple, Kept]] = {}
         # Arrays allocated for this context alone (no caller holds them), weakly: those still alive at the end
         # go to the pool, and holding them would keep what the run frees early (checkpointing's copies).
         self._owned: list[Callable[[], Any]] = []
@@ -185,10 +188,10 @@ class Context:
             return self._shadow_by_id[id(x)][1]
 
     def _zero_shadow(self, x: Any) -> Any:
-        return self._owned_like(x, arrays.zeros_like, lambda a: a.fill(0))
+        return self._owned_like(x, arrays.zeros_like, lambda a: arrays.fill(a, 0))
 
     def _copy(self, x: Any) -> Any:
-        return self._owned_like(x, arrays.copy, lambda a: np.copyto(a, x))
+        return self._owned_like(x, arrays.copy, lambda a: arrays.copyto(a, x))
 
     def _owned_like(self, x: Any, make: Callable[[Any], Any], refill: Callable[[np.ndarray], None]) -> Any:
         """``make(x)``, for this context alone; in reverse mode a pooled host array ``refill``-ed instead
@@ -277,6 +280,7 @@ class Context:
             kept = self._live.get(k)
             if kept is None:
                 kept = self._live[k] = Kept(x)
+                self._live_by_owner.setdefault(arrays.owner(x), {})[k] = kept
             kept.users += 1
             return kept
 
@@ -286,14 +290,22 @@ class Context:
         with self._lock:
             for obs in _observers.get():
                 obs(targets)
-            if not self._live:
-                return
-            spans = [arrays.extent(a) for a in targets]
-            for k, kept in list(self._live.items()):
-                if any(arrays.overlap(kept.extent, span) for span in spans):
-                    kept.array = self._copy(kept.array)
-                    kept.copied = True
-                    del self._live[k]
+            for a in targets:
+                if not self._live:
+                    return
+                owner = arrays.owner(a)
+                groups = self._live_by_owner
+                for group in (
+                    list(groups.values()) if owner is None else (groups.get(owner), groups.get(None))
+                ):
+                    if not group:
+                        continue
+                    span = arrays.extent(a)
+                    for k, kept in list(group.items()):
+                        if arrays.overlap(kept.extent, span):
+                            kept.array = self._copy(kept.array)
+                            kept.copied = True
+                            del self._live[k], group[k]
 
     @contextlib.contextmanager
     def observe_writes(self) -> Iterator[list[Any]]:

@@ -43,6 +43,7 @@ def _zeroed(nchunks: int, base: np.ndarray) -> np.ndarray:
 
 
 _NO_BUFFERS: dict[tuple[str, int], np.ndarray] = {}
+_NO_OUTPUTS = np.zeros(0)
 
 
 def _no_buffer(base: np.ndarray) -> np.ndarray:
@@ -103,4 +104,4 @@ def run(
                 _reduce(base, buffer)
     for p in variant.stored:
         plans.forget(args[p])
-    return outputs.sum(axis=0)
+    return outputs.sum(axis=0) if nact else _NO_OUTPUTS

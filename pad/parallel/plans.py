@@ -35,6 +35,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
+from pad import arrays
 from pad.kernel import Variant
 from pad.kernel.inspector import MAX_DIMS
 
@@ -167,14 +168,13 @@ def _remember(variant: Variant, plans: dict[tuple, Plan], key: tuple, n: int, ar
 
 def forget(array: Any) -> None:
     """Drop the plans made from ``array``'s contents (a kernel has just stored into it)."""
-    if _BY_ARRAY:
+    if id(array) in _BY_ARRAY:
         with _LOCK:
             for (_, key), plans in _BY_ARRAY.pop(id(array), {}).items():
                 plans.pop(key, None)
 
 
-@njit(parallel=True, cache=True)
-def _differences(a: np.ndarray, b: np.ndarray) -> int:
+def _count_differences(a: np.ndarray, b: np.ndarray) -> int:
     """How many elements of two 1-D arrays differ."""
     count = 0
     for j in prange(a.shape[0]):
@@ -183,12 +183,17 @@ def _differences(a: np.ndarray, b: np.ndarray) -> int:
     return count
 
 
+_differences = njit(cache=True)(_count_differences)
+_differences_parallel = njit(parallel=True, cache=True)(_count_differences)
+
+
 def _same(a: np.ndarray, copy: np.ndarray) -> bool:
     if a.shape != copy.shape or a.dtype != copy.dtype:
         return False
-    if a.flags.c_contiguous:
-        return _differences(a.reshape(-1), copy.reshape(-1)) == 0
-    return bool(np.array_equal(a, copy))
+    if not a.flags.c_contiguous:
+        return bool(np.array_equal(a, copy))
+    count = _differences_parallel if a.nbytes >= arrays.PARALLEL_BYTES else _differences
+    return count(a.reshape(-1), copy.reshape(-1)) == 0
 
 
 def _valid(p: Plan, ins: Any, args: tuple) -> bool:
