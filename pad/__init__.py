@@ -10,7 +10,7 @@ from typing import Any
 from pad import checkpoint, tasks
 from pad.annotations import Active, Const, Dup
 from pad.kernel import KernelSyntaxError, func, kernel, local_array, show
-from pad.parallel import launch
+from pad.parallel import launch, launch_stats
 from pad.tape import autodiff, fwddiff
 from pad.testing import check_grad
 
@@ -26,6 +26,7 @@ __all__ = [
     "fwddiff",
     "kernel",
     "launch",
+    "launch_stats",
     "local_array",
     "mpi",
     "show",

@@ -123,12 +123,12 @@ class Inspector:
                 f"pad.launch({kernel}): launch index {where} reads index array {check.array!r} at {index}, "
                 f"out of range for its shape {shape}"
             )
-        text = f"index {index} of {check.array!r} (shape {shape}) is out of range at launch index {where}"
+        text = f"index {index} of {check.array!r} (shape {shape}) at launch index {where} is out of range"
         if check.source is not None:
             ndim = len(check.source_index)
             position = tuple(int(v) for v in err[_SOURCE : _SOURCE + ndim])
             value = int(err[_SOURCE + MAX_DIMS])
-            text = f"index array {check.source!r} holds {value} at position {position}, which makes {text}"
+            text = f"index array {check.source!r} holds {value} at position {position}: {text}"
         return f"pad.launch({kernel}): {text}"
 
 

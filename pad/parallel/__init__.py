@@ -16,7 +16,7 @@ from pad import arrays, tape
 from pad.kernel import Kernel, Variant
 from pad.parallel import cpu, plans
 
-__all__ = ["LaunchRecord", "launch"]
+__all__ = ["LaunchRecord", "launch", "launch_stats"]
 
 
 def _check(k: Any, n: Any) -> int:
@@ -63,6 +63,14 @@ def _run(variant: Variant, n: int, args: tuple, extras: Any = (), shadows: Any =
     from pad.parallel import gpu
 
     return gpu.run(variant, n, args, extras)
+
+
+def launch_stats() -> dict[str, Any]:
+    """What the CPU launches' inspectors cost and chose (pad/parallel/plans.py): ``inspections`` and
+    ``inspect_s`` (seconds, compiling excluded), ``validations`` and ``validate_s`` (cached plans checked
+    against their index arrays), and per kernel variant its ``strategy`` ("in place", "coloured (4)",
+    "private", ...)."""
+    return plans.stats()
 
 
 def launch(k: Kernel, n: int, *args: Any) -> None:
