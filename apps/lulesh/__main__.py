@@ -267,15 +267,18 @@ def _record(args: Any, hydro: Any, state: Any, cycles: int, seconds: float, thre
 
 def _grad(args: Any, hydro: Any, parameters: dict[str, float], primal: dict[str, Any]) -> dict[str, Any]:
     """``--mode grad``: the same run with each leap-frog step differentiated (Enzyme's measurement)."""
+    import pad
     from apps.lulesh.adjoint import StepGradient, check_step
 
     step = StepGradient(hydro)
-    _timed(hydro, parameters, 1, leapfrog=step)  # compiles the adjoints
+    _timed(hydro, parameters, 1, leapfrog=step)  # compiles the adjoints, and inspects their index arrays
     bar = cli.progress(100.0, hydro.rank == 0 and not args.q, f"lulesh -s {args.s} gradient", unit="%")
+    before = pad.launch_stats()
     try:
         state, cycles, seconds = _timed(hydro, parameters, args.i, _on_cycle(args, hydro, bar), step)
     finally:
         bar.close()
+    after = pad.launch_stats()
     energy = float(hydro.memory.get(state.e)[0])
     same = cycles == primal["iterations"] and energy == primal["final_origin_energy"]
     checks = {"gradient_run_equals_primal": same}
@@ -285,6 +288,14 @@ def _grad(args: Any, hydro: Any, parameters: dict[str, float], primal: dict[str,
         "time_grad_s": seconds / max(cycles, 1),
         "overhead": seconds / primal["elapsed_s"] if primal["elapsed_s"] else None,
         "gradient_norm": _norm(hydro, step.shadows),
+        # the scatter adjoints' plans: inspections (made in the warm-up) and validations per timed cycle
+        "plans": {
+            "inspections": after["inspections"],
+            "inspect_s": after["inspect_s"],
+            "validations_per_cycle": (after["validations"] - before["validations"]) / max(cycles, 1),
+            "validate_s_per_cycle": (after["validate_s"] - before["validate_s"]) / max(cycles, 1),
+            "strategies": {name: k["strategy"] for name, k in after["kernels"].items()},
+        },
     }
     return _merge_checks(primal, checks, out)
 

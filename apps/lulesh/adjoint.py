@@ -90,6 +90,12 @@ def allsum(hydro: Hydro, value: float) -> float:
 
 
 # ------------------------------------------------------------------------------------------ per cycle
+@pad.kernel
+def k_copy(i, src, dst):
+    """``dst[i] = src[i]``: the seeds copied into the shadows before each cycle, on all threads."""
+    dst[i] = src[i]
+
+
 class StepGradient:
     """One cycle's gradient: ``pad.autodiff`` of the leap-frog step with respect to the whole state.
 
@@ -120,7 +126,7 @@ class StepGradient:
         out: list[Any] = []
         for name in FIELDS:
             shadow = self.clock_shadow if name == "clock" else self.shadows[name]
-            shadow[...] = self.seeds[name]
+            pad.launch(k_copy, shadow.size, self.seeds[name].reshape(-1), shadow.reshape(-1))
             out.append(pad.Dup(getattr(s, name), shadow))
         return out
 

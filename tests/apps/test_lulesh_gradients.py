@@ -62,6 +62,35 @@ def test_one_cycle_gradient_is_the_same_on_one_and_two_threads():
         )
 
 
+THREADS = """
+import numba, numpy as np
+from apps.lulesh import adjoint
+from tests.apps.test_lulesh_gradients import _hydro, _state_at
+grads = []
+for threads in (1, 2, 4):
+    numba.set_num_threads(threads)
+    h = _hydro(12)
+    grads.append({n: np.array(v) for n, v in adjoint.StepGradient(h)(_state_at(h, 4)).items()})
+for other in grads[1:]:
+    assert all(np.array_equal(grads[0][n], other[n]) for n in grads[0]), [n for n in grads[0] if not np.array_equal(grads[0][n], other[n])]
+print("identical")
+"""
+
+
+def test_one_cycle_gradient_is_identical_on_1_2_and_4_threads():
+    """Scatter adjoints run by plans that do not depend on the thread count, so no sum does."""
+    env = dict(os.environ, NUMBA_NUM_THREADS="4", OMP_NUM_THREADS="1")
+    done = subprocess.run(
+        [sys.executable, "-c", THREADS],
+        cwd=os.path.dirname(os.path.dirname(HERE)),
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "identical" in done.stdout
+
+
 def _whole_run(size: int, cycles: int, snapshots: int | None):
     h = _hydro(size)
     parameters = default_parameters(size, 1)
