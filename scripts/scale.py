@@ -1,9 +1,9 @@
 """``python -m scripts.scale``: a scaling study of a pad app, every point's results in one JSON-lines file.
 
 For each mode, worker count, size and repeat it runs the app's command line once: ``--threads N`` in one
-process (``--kind threads``), under ``mpiexec -n N`` with one thread per rank (``--kind ranks``), or under
-``mpiexec -n N`` with one GPU per rank (``--kind gpus``: ``--device gpu``, and ``one_gpu_per_rank.sh`` sets
-``CUDA_VISIBLE_DEVICES`` to the rank's own GPU). Each point appends one line as soon as it ends, so a later
+process (``--kind threads``), under ``mpiexec -n N`` with one thread per rank (``--kind ranks``; T threads
+each with ``--threads-per-rank T``), or under ``mpiexec -n N`` with one GPU per rank (``--kind gpus``:
+``--device gpu``, and ``one_gpu_per_rank.sh`` sets ``CUDA_VISIBLE_DEVICES`` to the rank's own GPU). Each point appends one line as soon as it ends, so a later
 failure loses nothing:
 
     {"study", "app", "mode", "kind", "workers", "scaling", "size", "ranks", "threads", "repeat",
@@ -59,6 +59,7 @@ class Point:
     scaling: str
     size: int | None
     repeat: int = 0
+    per_rank: int = 1  # threads of each rank (kind ranks)
 
     @property
     def ranks(self) -> int:
@@ -66,7 +67,7 @@ class Point:
 
     @property
     def threads(self) -> int:
-        return self.workers if self.kind == "threads" else 1
+        return self.workers if self.kind == "threads" else self.per_rank
 
 
 def _icbrt(n: int) -> int | None:
@@ -177,7 +178,7 @@ def plan(args: argparse.Namespace) -> list[Point]:
     """Every point of the study, in the order they run; ValueError if one cannot be built."""
     sizes: list[int | None] = list(args.sizes) if args.sizes else [None]
     points = [
-        Point(args.app, mode, args.kind, workers, args.scaling, size, repeat)
+        Point(args.app, mode, args.kind, workers, args.scaling, size, repeat, args.threads_per_rank)
         for size in sizes
         for workers in args.workers
         for mode in args.modes
@@ -281,6 +282,13 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         "--sizes", type=cli.integer(1), nargs="+", metavar="S", help="miniBUDE poses, LULESH mesh edge"
     )
     p.add_argument("--scaling", choices=("strong", "weak"), default="strong")
+    p.add_argument(
+        "--threads-per-rank",
+        type=cli.integer(1),
+        default=1,
+        metavar="T",
+        help="--kind ranks: threads of each rank",
+    )
     p.add_argument(
         "--iterations", type=cli.integer(1), help="iterations (LULESH: cycles); default: the app's"
     )
