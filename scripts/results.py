@@ -3,6 +3,7 @@
     python scripts/results.py record docs/results/kernels.json --machine "2-core VM" -- python scripts/bench_kernels.py
     python scripts/results.py render            # rewrite the marked regions of README.md and docs/*.md
     python scripts/results.py render --check    # exit 1 if a marked region differs from its records
+    python scripts/results.py studies [FOLDER]  # print the tables of the scaling studies in FOLDER
 
 ``record`` runs the command with ``--json <temporary file>`` appended (every benchmark script and app takes
 ``--json``) and writes one record: the command as given, the machine, the UTC date, the git commit, the
@@ -357,32 +358,44 @@ def tasks() -> list[str]:
     ]
 
 
-def studies() -> list[str]:
-    """One table per scaling study (``results/studies/*.jsonl`` of ``scripts.scale``): per worker count the
-    primal's and the gradient's time per iteration, their ratio (within the gradient run) and how each
-    scales (strong scaling: the speed-up over the fewest workers; weak scaling: the efficiency)."""
+def studies(folder: Path = STUDIES) -> list[str]:
+    """One table per scaling study (``*.jsonl`` of ``scripts.scale`` in ``folder``): per worker count (and
+    size, where a study has several) the primal's and the gradient's time per iteration, their ratio (within
+    the gradient run) and how each scales (strong scaling: the speed-up over the fewest workers; weak
+    scaling: the efficiency). A study without primal points takes the primal times of its gradient runs."""
     out = []
-    for path in sorted(STUDIES.glob("*.jsonl")):
+    for path in sorted(folder.glob("*.jsonl")):
         lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         ok = [line for line in lines if line["ok"]]
-        primal = {p["workers"]: p["result"]["time_primal_s"] for p in ok if p["mode"] == "primal"}
-        grad = {p["workers"]: p["result"] for p in ok if p["mode"] == "grad"}
-        workers = sorted(primal.keys() & grad.keys())
-        if not workers:
+        grad = {(p["size"], p["workers"]): p["result"] for p in ok if p["mode"] == "grad"}
+        primal = {key: r["time_primal_s"] for key, r in grad.items()}
+        primal |= {
+            (p["size"], p["workers"]): p["result"]["time_primal_s"] for p in ok if p["mode"] == "primal"
+        }
+        keys = sorted(primal.keys() & grad.keys(), key=lambda k: (k[0] or 0, k[1]))
+        if not keys:
             continue
-        first = workers[0]
+        sizes = sorted({size for size, _ in keys}, key=lambda s: s or 0)
         weak = lines[0]["scaling"] == "weak"
         kind = lines[0]["kind"]
         rows = []
-        for w in workers:
-            tp, tg = primal[w], grad[w]["time_grad_s"]
+        for size, w in keys:
+            first = min(k for k in keys if k[0] == size)
+            tp, tg = primal[size, w], grad[size, w]["time_grad_s"]
             # strong scaling's speed-up and weak scaling's efficiency are both T(fewest workers) / T(these)
             scale_p, scale_g = primal[first] / tp, grad[first]["time_grad_s"] / tg
-            rows.append(
-                [str(w), _ms(tp), _ms(tg), f"{grad[w]['overhead']:.2f}x", f"{scale_p:.2f}", f"{scale_g:.2f}"]
-            )
+            row = [
+                str(w),
+                _ms(tp),
+                _ms(tg),
+                f"{grad[size, w]['overhead']:.2f}x",
+                f"{scale_p:.2f}",
+                f"{scale_g:.2f}",
+            ]
+            rows.append(([f"-s {size}"] if len(sizes) > 1 else []) + row)
         how = "efficiency" if weak else "speed-up"
         header = [
+            *(["size"] if len(sizes) > 1 else []),
             kind,
             "primal / iteration",
             "gradient / iteration",
@@ -394,12 +407,13 @@ def studies() -> list[str]:
         m = lines[0]["machine"]
         where = f"{m['cpu']}, {m['cores']} cores" + (f", {', '.join(m['gpus'])}" if m["gpus"] else "")
         commit = (m.get("pad_commit") or "?")[:7]
+        source = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
         out += [
             f"**{path.stem}** (`bash scripts/studies.sh OUT {path.stem}`):",
             "",
             *_table(header, rows),
             "",
-            f"From `{path.relative_to(ROOT)}`: {where}, {m['date'][:16].replace('T', ' ')} UTC, commit {commit}."
+            f"From `{source}`: {where}, {m['date'][:16].replace('T', ' ')} UTC, commit {commit}."
             + (f" Failed points: {'; '.join(failed)}." if failed else ""),
             "",
         ]
@@ -492,6 +506,8 @@ def main() -> int:
     rec.add_argument("--machine", required=True, help="what the machine is, e.g. '2-core VM, shared'")
     ren = sub.add_parser("render", help="fill the docs' marked regions from docs/results/")
     ren.add_argument("--check", action="store_true", help="change nothing; exit 1 if a region is stale")
+    show = sub.add_parser("studies", help="print the tables of the scaling studies in a folder")
+    show.add_argument("folder", type=Path, nargs="?", default=STUDIES, help="where the .jsonl files are")
     argv = sys.argv[1:]
     split = argv.index("--") if "--" in argv else len(argv)
     args, command = parser.parse_args(argv[:split]), argv[split + 1 :]
@@ -499,6 +515,9 @@ def main() -> int:
         if not command:
             parser.error("record needs the command after --")
         record(args.path, args.machine, command)
+        return 0
+    if args.action == "studies":
+        print("\n".join(studies(args.folder.resolve())))
         return 0
     return render(args.check)
 

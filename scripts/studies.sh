@@ -12,15 +12,17 @@ declare -A STUDY=(
   # miniBUDE bm1 (65,536 poses), primal and gradient with respect to the protein
   [minibude-threads]="minibude --kind threads --workers 1 2 4 8 16 --modes primal grad --iterations 5 -- --deck bm1"
   [minibude-ranks]="minibude --kind ranks --workers 1 2 4 8 16 --modes primal grad --iterations 5 -- --deck bm1"
-  # LULESH, 50 cycles: threads at -s 60; ranks strong (-s 60 on 1 rank, -s 30 on 8) and weak (-s 30 per rank)
-  [lulesh-threads]="lulesh --kind threads --workers 1 2 4 8 16 --sizes 60 --iterations 50 --modes primal grad"
+  # LULESH, 50 cycles: threads at -s 45 and -s 60; ranks strong (-s 60 on 1 rank, -s 30 on 8) and weak (-s 30
+  # per rank), and 8 ranks of 2 threads at -s 30 (issue 25)
+  [lulesh-threads]="lulesh --kind threads --workers 1 2 4 8 16 --sizes 45 60 --iterations 50 --modes primal grad"
   [lulesh-ranks-strong]="lulesh --kind ranks --workers 1 8 --sizes 60 --iterations 50 --modes primal grad"
   [lulesh-ranks-weak]="lulesh --kind ranks --workers 1 8 --sizes 30 --scaling weak --iterations 50 --modes primal grad"
+  [lulesh-ranks-threads]="lulesh --kind ranks --workers 8 --threads-per-rank 2 --sizes 30 --scaling weak --iterations 50 --modes primal grad"
   # one rank per GPU; LULESH needs a cube number of ranks, so it runs on 1 GPU only
   [minibude-gpus]="minibude --kind gpus --workers 1 2 --modes primal grad --iterations 5 -- --deck bm1"
   [lulesh-gpus]="lulesh --kind gpus --workers 1 --sizes 60 --iterations 50 --modes primal grad"
 )
-ORDER=(minibude-threads minibude-ranks lulesh-threads lulesh-ranks-strong lulesh-ranks-weak minibude-gpus lulesh-gpus)
+ORDER=(minibude-threads minibude-ranks lulesh-threads lulesh-ranks-strong lulesh-ranks-weak lulesh-ranks-threads minibude-gpus lulesh-gpus)
 
 if [[ "${1:-}" == -l ]]; then
   for name in "${ORDER[@]}"; do echo "$name: python -m scripts.scale ${STUDY[$name]}"; done

@@ -201,7 +201,7 @@ def test_every_study_of_studies_sh_can_be_planned(capsys):
     names = [line.split(":")[0] for line in listed]
     assert names == [
         "minibude-threads", "minibude-ranks", "lulesh-threads", "lulesh-ranks-strong", "lulesh-ranks-weak",
-        "minibude-gpus", "lulesh-gpus",
+        "lulesh-ranks-threads", "minibude-gpus", "lulesh-gpus",
     ]  # fmt: skip
     for line in listed:
         argv = line.split("python -m scripts.scale ")[1].split()
@@ -213,4 +213,8 @@ def test_every_study_of_studies_sh_can_be_planned(capsys):
         assert modes == {"primal", "grad"}, line
         if "--kind gpus" in line:
             assert all(f"bash {GPU_WRAPPER} " in c and "--device gpu" in c for c in commands)
-    assert len(listed) == 7
+        if "--threads-per-rank 2" in line:  # 8 ranks of 2 threads
+            assert all(
+                c.startswith("mpirun --allow-run-as-root -n 8 ") and "--threads 2 " in c for c in commands
+            )
+    assert len(listed) == 8
