@@ -59,6 +59,7 @@ from pad.kernel.ir import (
     Store,
     While,
     assigned,
+    blocks,
     call,
     exprs_of,
     loaded_arrays,
@@ -128,11 +129,33 @@ class Reverse:
 
     # -- loop modes ------------------------------------------------------------------------------------
     def _choose_loop_modes(self) -> None:
-        """Recompute every loop whose body does not load what it stores and does not store saved arrays."""
+        """Recompute every loop whose body does not load what it stores and does not store saved arrays.
+
+        An array a recomputed loop loads is saved (its overwritten elements, the undo log) where it is stored
+        after that loop may run: the reverse sweep must restore it before it replays the loop. Stored only
+        before the loops that load it (a local array gathered at the top of the kernel, read by loops
+        further down), it needs no saving: the replays see it as the forward sweep did.
+        """
         loops = [s for s in walk(self.body) if isinstance(s, (For, While))]
         candidates = {id(s) for s in loops if not (loaded_arrays(_loop_code(s)) & stored_arrays(s.body))}
+        position, around = _positions(self.body)
+        stores: dict[str, list[Stmt]] = {}
+        for x in walk(self.body):
+            if isinstance(x, (Store, Fill)):
+                stores.setdefault(x.array, []).append(x)
+
+        def after(loop: Stmt, store: Stmt) -> bool:
+            """Whether every run of ``loop`` comes after every run of ``store`` in one iteration."""
+            return position[id(loop)] > position[id(store)] and not (around[id(store)] & around[id(loop)])
+
         while True:
-            undo = set().union(*(loaded_arrays(_loop_code(s)) for s in loops if id(s) in candidates))
+            undo = {
+                a
+                for s in loops
+                if id(s) in candidates
+                for a in loaded_arrays(_loop_code(s))
+                if not all(after(s, x) for x in stores.get(a, []))
+            }
             demoted = {id(s) for s in loops if id(s) in candidates and stored_arrays(s.body) & undo}
             if not demoted:
                 break
@@ -756,6 +779,23 @@ def _drop_stores(
 
 def _loop_code(s: For | While) -> list[Stmt]:
     return [*s.body, *(s.test if isinstance(s, While) else [])]
+
+
+def _positions(body: list[Stmt]) -> tuple[dict[int, int], dict[int, frozenset[int]]]:
+    """Each statement's place in program order, and the loops around it (a loop is around itself)."""
+    position: dict[int, int] = {}
+    around: dict[int, frozenset[int]] = {}
+
+    def visit(stmts: list[Stmt], loops: frozenset[int]) -> None:
+        for s in stmts:
+            inner = loops | {id(s)} if isinstance(s, (For, While)) else loops
+            position[id(s)] = len(position)
+            around[id(s)] = inner
+            for block in blocks(s):
+                visit(block, inner)
+
+    visit(body, frozenset())
+    return position, around
 
 
 def _names(s: Stmt) -> set[str]:
