@@ -277,6 +277,79 @@ def lulesh() -> list[str]:
     return out[:-1]
 
 
+def cpu_lulesh() -> list[str]:
+    """LULESH's per-cycle gradient on CPU threads (``cpu-lulesh-grad-*.json``, the app's ``--mode grad``
+    records), with its scatter adjoints' plans: inspections (in the warm-up) and validations per cycle."""
+    recs = _load("cpu-lulesh-grad-*.json")
+    rows = []
+    for rec in recs:
+        r = rec["result"]
+        plans = r.get("plans", {})
+        rows.append(
+            [
+                f"-s {r['problem']['size']}",
+                str(r["ranks"]),
+                str(r["threads"]),
+                _ms(r["time_primal_s"]),
+                _ms(r["time_grad_s"]),
+                f"{r['overhead']:.2f}x",
+                f"{plans.get('inspections', 0)} in {_ms(plans.get('inspect_s', 0.0))}",
+                f"{plans.get('validations_per_cycle', 0):.0f} in {_ms(plans.get('validate_s_per_cycle', 0.0))}",
+            ]
+        )
+    header = [
+        "size",
+        "ranks",
+        "threads",
+        "primal / cycle",
+        "gradient / cycle",
+        "ratio",
+        "inspections",
+        "validations / cycle",
+    ]
+    return [*_table(header, rows), *_caption(*recs)]
+
+
+def cpu_lulesh_launches() -> list[str]:
+    """Where a per-cycle gradient's time goes outside the compiled launchers (``bench_lulesh.py
+    --launches``): per case and thread count, then the outside time by module."""
+    rec = _one("cpu-lulesh-launches.json")
+    studies = rec["result"]["launches"]
+    rows = [
+        [
+            f"-s {p['size']}",
+            str(p["threads"]),
+            _ms(p["cycle_s"]),
+            _ms(p["launchers_s"]),
+            f"{p['launcher_calls']:.0f}",
+            _ms(p["outside_s"]),
+            f"{100 * p['outside_fraction']:.1f}%",
+            _us(p["outside_s"] / p["launcher_calls"]),
+        ]
+        for p in studies
+    ]
+    header = [
+        "case",
+        "threads",
+        "cycle",
+        "in launchers",
+        "launcher calls",
+        "outside",
+        "outside / cycle",
+        "outside / call",
+    ]
+    modules = sorted(
+        {m for p in studies for m in p["outside_by_module_s"]},
+        key=lambda m: -studies[0]["outside_by_module_s"].get(m, 0.0),
+    )
+    split = [
+        [m, *(_us(p["outside_by_module_s"].get(m, 0.0) / p["launcher_calls"]) for p in studies)]
+        for m in modules
+    ]
+    cases = [f"-s {p['size']}, {p['threads']} thr." for p in studies]
+    return [*_table(header, rows), "", *_table(["outside, per launcher call", *cases], split), *_caption(rec)]
+
+
 def mpi() -> list[str]:
     out = []
     for rec in _load("mpi-*.json"):
@@ -470,6 +543,8 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "mpi": mpi,
     "checkpoint": checkpoint,
     "lulesh": lulesh,
+    "cpu-lulesh": cpu_lulesh,
+    "cpu-lulesh-launches": cpu_lulesh_launches,
     "tasks": tasks,
     "studies": studies,
 }

@@ -24,6 +24,10 @@ from pad.parallel import plans
 
 SPARE = arrays.Pool(1 << 30)  # zeroed private buffers; a launch may take several of one shape (x, y, z)
 
+PRIVATE_BYTES = 1 << 28
+"""The private buffers of a launch hold at most this many bytes, unless one copy per thread needs more: a
+plan's slots (up to ``plans.SLOTS`` copies) are cut to fit. Only then does a sum depend on the thread count."""
+
 
 @njit(parallel=True, cache=True)
 def _sum_rows_into(out: np.ndarray, rows: np.ndarray) -> None:
@@ -83,14 +87,16 @@ def run(
         plan = plans.plan(variant, n, tuple(args))
         bases = [args[p] if kind == "primal" else shadows[p] for kind, p in variant.privates]  # type: ignore[index]
         private = [p in plan.private for _, p in variant.privates]
-        buffers = [
-            _zeroed(plan.slots, b) if own else _no_buffer(b) for b, own in zip(bases, private, strict=True)
-        ]
-        outputs = np.zeros((plan.slots, nact))
+        slots = plan.slots
+        copy = sum(b.nbytes for b, own in zip(bases, private, strict=True) if own)
+        if copy * slots > PRIVATE_BYTES:  # fewer copies, but never fewer than today's one per thread
+            slots = max(1, min(slots, max(threads, PRIVATE_BYTES // copy)))
+        buffers = [_zeroed(slots, b) if own else _no_buffer(b) for b, own in zip(bases, private, strict=True)]
+        outputs = np.zeros((slots, nact))
         variant.launcher(
             n,
-            max(1, min(threads, plan.slots)),
-            plan.slots,
+            max(1, min(threads, slots)),
+            slots,
             plan.order,
             plan.segs,
             plan.colours,

@@ -20,7 +20,8 @@ that stores into one drops the plans made from it, so a plan is never stale. Whe
 runs blocks of at least ``2 * halo`` indices in two colours, even blocks then odd ones, in place.
 
 Segments and colours do not depend on the thread count, so neither does the order of any floating-point sum:
-results are the same on any number of threads.
+results are the same on any number of threads (unless ``SLOTS`` private copies of an array would exceed
+``cpu.PRIVATE_BYTES``: then there are fewer, but no fewer than one per thread).
 """
 
 from __future__ import annotations

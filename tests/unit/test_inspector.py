@@ -268,3 +268,24 @@ def test_gradients_are_identical_on_1_2_and_4_threads():
     )
     assert done.returncode == 0, done.stderr[-3000:]
     assert "identical" in done.stdout
+
+
+@pad.kernel
+def k_histogram(i, x, w, h):
+    """Bins computed from floating-point data: no inspector, private buffers."""
+    b = min(int(x[i] * h.shape[0]), h.shape[0] - 1)
+    h[b] += w[i]
+
+
+def test_private_buffers_over_the_budget_are_fewer(monkeypatch):
+    """Private copies are cut to fit ``PRIVATE_BYTES`` (never below one per thread): the sums stay right."""
+    from pad.parallel import cpu
+
+    rng = np.random.default_rng(9)
+    x, w = rng.uniform(0, 1, 5000), rng.uniform(-1, 1, 5000)
+    expected = np.zeros(100)
+    np.add.at(expected, np.minimum((x * 100).astype(int), 99), w)
+    monkeypatch.setattr(cpu, "PRIVATE_BYTES", 1000)  # 64 copies of 100 bins would take 51,200 bytes
+    h = np.zeros(100)
+    pad.launch(k_histogram, 5000, x, w, h)
+    np.testing.assert_allclose(h, expected, rtol=1e-12, atol=1e-12)
