@@ -126,6 +126,9 @@ class Context:
         # Arrays are referenced weakly: an intermediate that dies (a step's temporary) leaves both maps.
         self._shadow_by_id: dict[int, tuple[Callable[[], Any], Any]] = {}
         self._regions: dict[int, tuple[Callable[[], Any], Any]] = {}
+        self._region_starts: dict[
+            int, tuple[Callable[[], Any], int]
+        ] = {}  # their addresses, for views' lookups
         self._const_ids: dict[int, Any] = {}
         self._live: dict[tuple, Kept] = {}
         # the same, by the NumPy array that owns their memory (None: not known): a write compares its extent
@@ -232,7 +235,7 @@ class Context:
 
         def forget(ref: Any) -> None:
             with self._lock:
-                for table in (self._shadow_by_id, self._regions):
+                for table in (self._shadow_by_id, self._regions, self._region_starts):
                     if table.get(key, (None,))[0] is ref:
                         del table[key]
 
@@ -246,14 +249,15 @@ class Context:
         self._shadow_by_id[key] = (ref, dx)
         if region:
             self._regions[key] = (ref, dx)
+            self._region_starts[key] = (ref, arrays.address(x))
 
     def _view_of_registered(self, x: Any) -> Any | None:
         addr, nbytes = arrays.address(x), x.nbytes
-        for ref, dbase in list(self._regions.values()):
+        for key, (ref, dbase) in list(self._regions.items()):
             base = ref()
             if base is None:
                 continue
-            start = arrays.address(base)
+            start = self._region_starts[key][1]
             if base.dtype != x.dtype or not (start <= addr and addr + nbytes <= start + base.nbytes):
                 continue
             if not (arrays.c_contiguous(base) and arrays.c_contiguous(dbase)):

@@ -37,11 +37,17 @@ class Kernel:
         )
 
     def variant(
-        self, args: tuple, mode: str, active: tuple[bool, ...] | None = None, target: str = "cpu"
+        self,
+        args: tuple,
+        mode: str,
+        active: tuple[bool, ...] | None = None,
+        target: str = "cpu",
+        signature: tuple | None = None,
     ) -> Variant:
-        """The compiled variant for these arguments and target (cached per kinds, activity and target)."""
+        """The compiled variant for these arguments and target (cached per kinds, activity and target;
+        ``signature``: the arguments' ``Kernel.signature``, where the caller has it already)."""
         active = active if active is not None else (False,) * len(args)
-        key = (mode, tuple(map(_signature, args)), active, target)
+        key = (mode, signature if signature is not None else self.signature(args), active, target)
         hit = self._variants.get(key)
         if hit is None:
             kinds = [
@@ -52,6 +58,11 @@ class Kernel:
                 if hit is None:
                     hit = self._variants[key] = build(self.fn, kinds, active, mode, self.fastmath, target)
         return hit
+
+    @staticmethod
+    def signature(args: tuple) -> tuple:
+        """What the variant for ``args`` depends on besides mode, activity and target (cheap to compute)."""
+        return tuple(map(_signature, args))
 
     def __repr__(self) -> str:
         return f"<pad.kernel {self.fn.__module__}.{self.fn.__qualname__}>"

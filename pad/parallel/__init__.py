@@ -93,15 +93,16 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
         tangents += [args[p].tangent for p in variant.active_scalars]
         _run(variant, n, plain, tangents, shadows)
         return
-    variant = k.variant(plain, "adjoint", active, target)
+    signature = k.signature(plain)
+    variant = k.variant(plain, "adjoint", active, target, signature)
     if variant.inspector is not None:  # inspects the index arrays before the primal reads them
         plans.prepare(variant, n, plain)
     kept = {p: ctx.keep(args[p]) for p in variant.loaded}
     ctx.will_write(args[p] for p in variant.stored)
-    primal = k.variant(plain, "primal", target=target)
+    primal = k.variant(plain, "primal", target=target, signature=signature)
     slots = [args[p].slot for p in variant.active_scalars]
     if ctx.fuse and ctx.at_top_level():
-        fused = k.variant(plain, "fused", active, target)
+        fused = k.variant(plain, "fused", active, target, signature)
         if fused.fuses:
             record = LaunchRecord(ctx, fused, n, plain, kept, shadows, slots)
             record.deferred = (primal, variant)
