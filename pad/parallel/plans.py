@@ -130,6 +130,8 @@ def plan(variant: Variant, n: int, args: tuple) -> Plan:
         key = (id(variant), n)
         hit = _STATIC.get(key)
         if hit is None:
+            if len(_STATIC) >= 4096:  # launch sizes that come and go: start again rather than grow
+                _STATIC.clear()
             hit = _STATIC[key] = _stencil(n, variant.halo) if variant.halo else _static(variant, n)
         return hit
     plans = _INSPECTED.setdefault(id(variant), {})
