@@ -253,11 +253,15 @@ class Context:
 
     def _view_of_registered(self, x: Any) -> Any | None:
         addr, nbytes = arrays.address(x), x.nbytes
-        for key, (ref, dbase) in list(self._regions.items()):
+        # copies: a region that dies leaves the dicts in its weakref callback, which the garbage collector
+        # may run in the middle of a loop over them
+        regions, starts = self._regions.copy(), self._region_starts.copy()
+        for key, (ref, dbase) in regions.items():
             base = ref()
             if base is None:
                 continue
-            start = self._region_starts[key][1]
+            known = starts.get(key)
+            start = known[1] if known is not None and known[0] is ref else arrays.address(base)
             if base.dtype != x.dtype or not (start <= addr and addr + nbytes <= start + base.nbytes):
                 continue
             if not (arrays.c_contiguous(base) and arrays.c_contiguous(dbase)):
