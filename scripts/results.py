@@ -277,39 +277,6 @@ def lulesh() -> list[str]:
     return out[:-1]
 
 
-def cpu_lulesh() -> list[str]:
-    """LULESH's per-cycle gradient on CPU threads (``cpu-lulesh-grad-*.json``, the app's ``--mode grad``
-    records), with its scatter adjoints' plans: inspections (in the warm-up) and validations per cycle."""
-    recs = _load("cpu-lulesh-grad-*.json")
-    rows = []
-    for rec in recs:
-        r = rec["result"]
-        plans = r.get("plans", {})
-        rows.append(
-            [
-                f"-s {r['problem']['size']}",
-                str(r["ranks"]),
-                str(r["threads"]),
-                _ms(r["time_primal_s"]),
-                _ms(r["time_grad_s"]),
-                f"{r['overhead']:.2f}x",
-                f"{plans.get('inspections', 0)} in {_ms(plans.get('inspect_s', 0.0))}",
-                f"{plans.get('validations_per_cycle', 0):.0f} in {_ms(plans.get('validate_s_per_cycle', 0.0))}",
-            ]
-        )
-    header = [
-        "size",
-        "ranks",
-        "threads",
-        "primal / cycle",
-        "gradient / cycle",
-        "ratio",
-        "inspections",
-        "validations / cycle",
-    ]
-    return [*_table(header, rows), *_caption(*recs)]
-
-
 def cpu_lulesh_launches() -> list[str]:
     """Where a per-cycle gradient's time goes outside the compiled launchers (``bench_lulesh.py
     --launches``): per case and thread count, then the outside time by module."""
@@ -543,7 +510,6 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "mpi": mpi,
     "checkpoint": checkpoint,
     "lulesh": lulesh,
-    "cpu-lulesh": cpu_lulesh,
     "cpu-lulesh-launches": cpu_lulesh_launches,
     "tasks": tasks,
     "studies": studies,
