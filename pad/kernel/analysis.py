@@ -201,6 +201,39 @@ def activity(
     return act
 
 
+def useful(body: list[Stmt], act: Activity, kinds: dict[str, Kind]) -> Activity:
+    """``act`` without the values whose derivatives reach no active global array (backward activity).
+
+    A value that is varied but only feeds stores into inactive arrays (scratch a program passes as
+    ``pad.Const``), branch conditions or nothing at all needs no tangent and no adjoint: a loop of such
+    work (LULESH's repeated EOS evaluations) then has none in the derivative kernels either.
+    """
+
+    def local(a: str) -> bool:
+        kind = kinds.get(a)
+        return isinstance(kind, ArrayKind) and kind.local
+
+    scalars: set[str] = set()
+    arrays: set[str] = {a for a in act.arrays if not local(a)}
+    changed = True
+    while changed:
+        changed = False
+        for s in walk(body):
+            sink = (isinstance(s, (Store, Fill)) and s.array in arrays) or (
+                isinstance(s, Assign) and s.target in scalars
+            )
+            if not sink:
+                continue
+            value: Expr = s.value  # type: ignore[attr-defined]
+            found = (set(names_in(value)) & act.scalars) - scalars
+            read = {a for a in arrays_in(value) if a in act.arrays} - arrays
+            if found or read:
+                scalars |= found
+                arrays |= read
+                changed = True
+    return Activity(act.scalars & scalars, arrays)
+
+
 # ---------------------------------------------------------------------------------------------- ownership
 @dataclass(frozen=True)
 class Definitions:

@@ -27,6 +27,7 @@ from pad.kernel.analysis import (
     overwritten_arrays,
     owned,
     reduced_arrays,
+    useful,
     varying,
 )
 from pad.kernel.emit import (
@@ -118,7 +119,7 @@ def build(
     launch_index, params = low.params[0], low.params[1:]
     low.body, types = infer_types(low.body, low.kinds)
     active_inputs = {p for p, a in zip(params, active, strict=True) if a}
-    act = activity(low.body, types, active_inputs, low.kinds)
+    act = useful(low.body, activity(low.body, types, active_inputs, low.kinds), low.kinds)
     defs = definitions(low.body, launch_index, low.kinds)  # what index ownership may look through
     reduced = reduced_arrays(low.body, launch_index, low.kinds, low.filename, defs)
     arrays = [k for k, p in enumerate(params) if isinstance(low.kinds[p], ArrayKind)]
