@@ -10,6 +10,7 @@ the private duplicate, so pad's own traffic can never match the user's messages.
 
 from __future__ import annotations
 
+import functools
 import weakref
 import zlib
 from collections.abc import Callable
@@ -21,6 +22,7 @@ from mpi4py.util.dtlib import from_numpy_dtype
 
 from pad import arrays, tape
 from pad.mpi import _wire
+from pad.parallel import graph
 
 IN_PLACE = MPI.IN_PLACE
 SUM, PROD, MIN, MAX = MPI.SUM, MPI.PROD, MPI.MIN, MPI.MAX
@@ -118,6 +120,11 @@ def register(name: str, *, passthrough: bool = True) -> Callable[[Callable[..., 
 
             def method(self: Comm, *args: Any, **kwargs: Any) -> Any:
                 ctx = tape.current()
+                if ctx is None and self._size == 1 and name in ONE_RANK and _on_device(args, kwargs):
+                    out = ONE_RANK[name](*args, **kwargs)
+                    _recorded(self, name, method, args, kwargs, cupy=True)
+                    return out
+                _recorded(self, name, method, args, kwargs, cupy=False)
                 if ctx is None and not _on_device(args, kwargs):
                     return getattr(self.mpi, name)(*args, **kwargs)
                 return _staged(self, ctx, name, impl, args, kwargs)
@@ -125,6 +132,7 @@ def register(name: str, *, passthrough: bool = True) -> Callable[[Callable[..., 
         else:
 
             def method(self: Comm, *args: Any, **kwargs: Any) -> Any:
+                _recorded(self, name, method, args, kwargs, cupy=False)
                 return impl(self, tape.current(), *args, **kwargs)
 
         method.__name__ = method.__qualname__ = name
@@ -360,6 +368,39 @@ def note(
 ) -> None:
     """Account for one MPI call (see :mod:`pad.mpi._wire`)."""
     _wire.note(comm._rank, phase, call, where, tag, nbytes, op, adj)
+
+
+def _recorded(comm: Comm, name: str, method: Any, args: tuple, kwargs: dict, cupy: bool) -> None:
+    """Add the op to the record a ``pad.graph`` step is making: replayable alone on one rank, outside
+    ``autodiff``."""
+    record = graph.recording()
+    if record is None:
+        return
+    if comm._size > 1 or name not in ONE_RANK or tape.current() is not None:
+        record.refuse(f"it communicates ({name} on a communicator of {comm._size} ranks)")
+    else:
+        record.add(functools.partial(method, comm, *args, **kwargs), cupy=cupy)
+
+
+def _copy(sendbuf: Any, recvbuf: Any, *_: Any, **__: Any) -> None:
+    """A collective of one rank whose result is its input (Allreduce, Allgather, ...): a device copy."""
+    if sendbuf is not IN_PLACE:
+        arrays.assign(recvbuf.reshape(sendbuf.shape), sendbuf)
+
+
+def _nothing(*_: Any, **__: Any) -> None:
+    """A collective of one rank that moves nothing (Bcast, Barrier, Exscan)."""
+
+
+ONE_RANK: dict[str, Callable[..., None]] = {
+    **dict.fromkeys(
+        ("Allreduce", "Reduce", "Allgather", "Gather", "Scatter", "Alltoall", "Reduce_scatter_block", "Scan"),
+        _copy,
+    ),
+    **dict.fromkeys(("Bcast", "Barrier", "Exscan"), _nothing),
+}
+"""Collectives that a communicator of one rank runs on device buffers without staging them through the host
+(outside ``autodiff``): no host round trip, so a ``pad.graph`` step can capture them."""
 
 
 # ---------------------------------------------------------------------------------------------- device staging

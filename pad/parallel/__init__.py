@@ -8,13 +8,14 @@ runs the adjoint launcher on the kept values and the shadows.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 
 from pad import arrays, tape
 from pad.kernel import Kernel, Variant
-from pad.parallel import cpu
+from pad.parallel import cpu, graph
 
 __all__ = ["LaunchRecord", "launch"]
 
@@ -70,9 +71,16 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
     n = _check(k, n)
     target = _target(k, args)
     ctx = tape.current()
+    replay = graph.recording()
     if ctx is None:
-        _run(k.variant(args, "primal", target=target), n, args)
+        variant = k.variant(args, "primal", target=target)
+        _run(variant, n, args)
+        if replay is not None:
+            cupy = target == "cuda" and all(arrays.is_cupy(a) for a in args if getattr(a, "ndim", 0))
+            replay.add(functools.partial(_run, variant, n, args), cupy=cupy)
         return
+    if replay is not None:
+        replay.refuse(f"it differentiates ({k.fn.__name__} launched inside autodiff or fwddiff)")
     shadows = [ctx.shadow(a) if hasattr(a, "shape") and getattr(a, "ndim", 0) > 0 else None for a in args]
     active = tuple(
         s is not None or isinstance(a, tape.ActiveScalar) for a, s in zip(args, shadows, strict=True)
