@@ -191,6 +191,45 @@ class Memory:
         if self.module is not None and self.module is not np:
             self.module.cuda.get_current_stream().synchronize()
 
+    def fetch(self, *parts: Any) -> Fetch:
+        """Host copies of ``parts`` (a few small arrays of this memory), started and waited for apart."""
+        return Fetch(self, parts)
+
+
+class Fetch:
+    """Host copies of a few small arrays, taken in turns numbered 0, 1, 2, ...: ``start(k)`` starts turn k's
+    copies, ``wait(k)`` returns them. On a GPU, turn k's copies are queued on the stream into pinned host
+    buffers, so starting does not wait for the device; two turns may be in flight. Elsewhere they are
+    taken at ``start``."""
+
+    SLOTS = 2
+
+    def __init__(self, memory: Memory, parts: tuple[Any, ...]) -> None:
+        self.memory, self.parts = memory, parts
+        self.cupy = memory.module not in (None, np)
+        self.taken: list[Any] = [None] * self.SLOTS
+        if self.cupy:
+            import cupyx
+
+            self.pinned = [[cupyx.empty_pinned(p.shape, p.dtype) for p in parts] for _ in range(self.SLOTS)]
+
+    def start(self, k: int) -> None:
+        slot = k % self.SLOTS
+        if not self.cupy:
+            self.taken[slot] = [np.array(self.memory.get(p)) for p in self.parts]
+            return
+        for part, host in zip(self.parts, self.pinned[slot], strict=True):
+            part.get(out=host, blocking=False)
+        self.taken[slot] = self.memory.module.cuda.get_current_stream().record()
+
+    def wait(self, k: int) -> list[np.ndarray]:
+        slot = k % self.SLOTS
+        if not self.cupy:
+            values: list[np.ndarray] = self.taken[slot]
+            return values
+        self.taken[slot].synchronize()
+        return [host.copy() for host in self.pinned[slot]]
+
 
 def _output(cmd: list[str]) -> str | None:
     """Standard output of ``cmd`` (run in the checkout), or None if it cannot run or fails."""

@@ -209,8 +209,7 @@ def _on_cycle(args: Any, hydro: Any, bar: Any) -> Any:
     done = [0.0]
     printing = args.p and hydro.rank == 0 and not args.q
 
-    def on_cycle(cycle: int, state: Any) -> None:
-        t, dt = hydro.memory.get(state.clock)[:2]
+    def on_cycle(cycle: int, t: float, dt: float) -> None:
         if printing:
             print(f"cycle = {cycle}, time = {t:e}, dt={dt:e}", flush=True)
         fraction = 100.0 * max(t / STOPTIME, cycle / args.i)

@@ -139,9 +139,10 @@ class StepGradient:
 
 
 def constants(hydro: Hydro) -> list[Any]:
-    """The floating-point arrays of ``hydro`` that no cycle changes, marked so that pad gives them no
-    shadow (the kernels' adjoints would otherwise accumulate into one for nothing)."""
-    return [pad.Const(hydro.gamma)]
+    """The floating-point arrays of ``hydro`` that no derivative flows through, marked so that pad gives
+    them no shadow: ``gamma``, which no cycle changes, and the EOS repetitions' scratch, which nothing reads
+    (the kernels' adjoints would otherwise accumulate into, and from, shadows of them for nothing)."""
+    return [pad.Const(a) for a in (hydro.gamma, hydro.e_new, hydro.p_new, hydro.q_new)]
 
 
 def host_copy(hydro: Hydro, s: State) -> dict[str, np.ndarray]:

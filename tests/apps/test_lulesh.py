@@ -132,6 +132,42 @@ def test_negative_volume_stops_the_run_naming_cycle_and_element():
     assert (info.value.code, info.value.cycle, info.value.element) == (H.VOLUME_ERROR, 1, 7)
 
 
+def plant_faults_mid_run(h: H.Hydro, s: H.State) -> H.Abort:
+    """Run ``h`` from ``s`` with a negative volume planted in element 7 once cycle 2 is reported and one in
+    element 3 once cycle 3 is: the first makes cycle 4 fail. The host learns of that only with cycle 5's
+    time step, after issuing cycle 5, which the second fault then corrupts too; the report must still name
+    cycle 4 and element 7, as a check after every cycle would."""
+    v = h.memory.get(s.v)
+
+    def plant(cycle: int, time: float, dt: float) -> None:
+        if cycle in (2, 3):
+            h.memory.sync()
+            v[:] = h.memory.get(s.v)
+            v[{2: 7, 3: 3}[cycle]] = -0.5
+            s.v[:] = h.memory.put(v)
+
+    with pytest.raises(H.Abort) as info:
+        h.advance(s, 10, on_cycle=plant)
+    return info.value
+
+
+def test_a_fault_found_late_names_the_cycle_and_element_where_it_happened():
+    h, s = _hydro()
+    fault = plant_faults_mid_run(h, s)
+    assert (fault.code, fault.cycle, fault.element) == (H.VOLUME_ERROR, 4, 7), fault
+
+
+def test_replayed_cycles_equal_launched_ones():
+    """``advance`` replays cycles 2, 3, ... (``pad.graph``); plain ``cycle`` calls launch every kernel."""
+    (h, s), (g, t) = _hydro(5), _hydro(5)
+    assert h.advance(s, 12) == 12
+    for cycle in range(12):
+        g.cycle(cycle, t)
+    assert h.replayed_leapfrog.why is None and h.later_increment.why is None
+    for a, b in zip(s.arrays(), t.arrays(), strict=True):
+        assert np.array_equal(a, b)
+
+
 def test_q_above_qstop_stops_the_run():
     """In a run, a q that large deforms elements to negative volume before its own check (as in the
     original, whose force and volume checks come first); so the check is tested on its kernel and report."""
@@ -140,7 +176,7 @@ def test_q_above_qstop_stops_the_run():
     s.q[11] = 2.0 * K.QSTOP
     pad.launch(
         K.k_monoq, h.mesh.nelem, h.neighbours, h.delv_grad, h.delx, h.vdov, s.elem_mass, s.volo, h.vnew, s.params,
-        s.q, h.qq, h.ql, h.fault, h.flag,
+        s.q, h.qq, h.ql, h.fault, h.earlier, h.flag,
     )  # fmt: skip
     assert h.fault[0] == 1 and np.flatnonzero(h.flag).tolist() == [11] and h.flag[11] == K.QSTOP_BIT
     with pytest.raises(

@@ -6,6 +6,7 @@ Final Origin Energy must match the CPU's to 1e-10 relative.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,7 @@ import pad.mpi
 from apps.cli import Memory
 from apps.lulesh import hydro as H
 from apps.lulesh import mesh as M
+from tests.apps.test_lulesh import _ranks, plant_faults_mid_run
 from tests.gpu.test_corpus_cuda import SIMULATED, _gpu_available
 
 pytestmark = [
@@ -49,6 +51,47 @@ def test_s30_to_the_end_matches_the_cpu_final_energy():
     assert n_cpu == n_gpu == 932
     e_cpu, e_gpu = cpu[2][0], gpu[2][0]
     assert abs(e_gpu - e_cpu) <= 1e-10 * abs(e_cpu)
+
+
+@pytest.mark.parametrize("nx", [3, 5])
+def test_device_resident_loop_gives_the_cpus_cycles_and_energy(nx):
+    """To the end of the run (the original's -s 3 and -s 5), the time step and stop test on the device."""
+    (n_cpu, cpu), (n_gpu, gpu) = _run(nx, 10**9, "cpu"), _run(nx, 10**9, "gpu")
+    assert n_gpu == n_cpu == {3: 23, 5: 72}[nx]
+    assert abs(gpu[2][0] - cpu[2][0]) <= 1e-10 * cpu[2][0]
+
+
+def _device_hydro(nx: int) -> tuple[H.Hydro, H.State]:
+    h = H.Hydro(M.build(nx, 1, 0, 11, 1, 1), pad.mpi.Comm(MPI.COMM_SELF), Memory("gpu"))
+    s = h.initial_state()
+    h.setup(s)
+    return h, s
+
+
+def test_replayed_device_cycles_equal_launched_ones():
+    (h, s), (g, t) = _device_hydro(3), _device_hydro(3)
+    assert h.advance(s, 6) == 6
+    for cycle in range(6):
+        g.cycle(cycle, t)
+    assert h.replayed_leapfrog.why is None
+    for a, b in zip(s.arrays(), t.arrays(), strict=True):
+        assert np.array_equal(h.memory.get(a), g.memory.get(b))
+
+
+def test_a_fault_found_late_on_the_device_names_its_cycle_and_element():
+    fault = plant_faults_mid_run(*_device_hydro(4))
+    assert (fault.code, fault.cycle, fault.element) == (H.VOLUME_ERROR, 4, 7), fault
+
+
+@pytest.mark.skipif(not SIMULATED, reason="the 8-rank run shares one simulated device")
+def test_eight_device_ranks_reproduce_the_serial_run(tmp_path):
+    out = tmp_path / "r8.json"
+    done = _ranks(8, "-m", "apps.lulesh", "-s", "2", "-i", "6", "--device", "gpu", "-q", "--json", str(out))
+    assert done.returncode == 0, done.stderr
+    r = json.loads(out.read_text())
+    (n_cpu, cpu) = _run(4, 6, "cpu")
+    assert (r["ranks"], r["iterations"]) == (8, n_cpu)
+    assert abs(r["final_origin_energy"] - cpu[2][0]) <= 1e-10 * cpu[2][0]
 
 
 def _gradients(nx: int, device: str) -> tuple[dict[str, np.ndarray], Any]:
