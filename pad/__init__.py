@@ -11,6 +11,7 @@ from pad import checkpoint, tasks
 from pad.annotations import Active, Const, Dup
 from pad.kernel import KernelSyntaxError, func, kernel, local_array, show
 from pad.parallel import launch
+from pad.parallel.ahead import precompile
 from pad.parallel.graph import graph
 from pad.tape import autodiff, fwddiff
 from pad.testing import check_grad
@@ -30,6 +31,7 @@ __all__ = [
     "launch",
     "local_array",
     "mpi",
+    "precompile",
     "show",
     "tasks",
 ]

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from pad import arrays
-from pad.kernel import Variant
+from pad.kernel import Variant, compiler
 from pad.kernel.cuda_runtime import cuda
 from pad.kernel.emit import BLOCK
 
@@ -86,7 +86,7 @@ def _slots(variant: Variant, n: int, args: Sequence[Any], like: Any) -> int:
     """Tape slots per launch index the adjoint needs (compile-time, or bounded by the depth kernel)."""
     if variant.depth_launcher is None:
         return variant.tape_slots
-    depth = arrays.empty(like, (n,), np.int64)
+    depth = arrays.zeros(like, (n,), np.int64)  # zeros: a launch compiled ahead does not run
     _launch(variant.depth_launcher, _blocks(n), [n, *args, depth])
     return int(depth.max()) if arrays.is_cupy(depth) else int(depth.copy_to_host().max())
 
@@ -160,6 +160,8 @@ def _launch(dispatcher: Any, blocks: int, call: list[Any]) -> None:
     direct = _compiled.get(key)
     if direct is not None:
         direct(blocks, call)
+        return
+    if compiler.note(dispatcher, call):  # compiled ahead (pad.precompile), not run
         return
     with warnings.catch_warnings():  # numba warns about small grids; a launch's size is the user's choice
         warnings.filterwarnings("ignore", message=".*Grid size")
