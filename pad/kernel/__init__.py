@@ -103,10 +103,11 @@ local_array._pad_local_array = True  # type: ignore[attr-defined]
 
 
 def show(k: Kernel, mode: str = "adjoint", *args: Any, file: Any = None, target: str = "cpu") -> str:
-    """Print (and return) the generated source of ``k`` for ``mode`` and example launch arguments.
+    """The generated source of ``k`` for ``mode`` and example launch arguments; printed to ``file`` when one is
+    given (``file=sys.stdout``).
 
     Arguments are given as to ``pad.launch`` (after ``n``), annotated with ``pad.Dup``/``pad.Active`` to
-    say which are active: ``pad.show(step, "adjoint", 2.0, pad.Dup(x, dx), pad.Dup(y, dy))``.
+    say which are active: ``print(pad.show(step, "adjoint", 2.0, pad.Dup(x, dx), pad.Dup(y, dy)))``.
     ``target="cuda"`` shows the CUDA kernel instead of the CPU launcher.
     """
     if mode not in MODES:
@@ -116,5 +117,6 @@ def show(k: Kernel, mode: str = "adjoint", *args: Any, file: Any = None, target:
     if target not in ("cpu", "cuda"):
         raise ValueError(f"target must be 'cpu' or 'cuda', not {target!r}")
     source = k.variant(values, mode, active if mode != "primal" else None, target).source
-    print(source, file=file)
+    if file is not None:
+        print(source, file=file)
     return source
