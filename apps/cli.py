@@ -13,6 +13,7 @@ import shlex
 import subprocess
 import sys
 import traceback
+import warnings
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -26,11 +27,55 @@ class InputError(ValueError):
     """Bad input (a flag, a file): one line naming it, exit status 2, before any work."""
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Help that shows each option's default, unless it has none or its help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        shown = action.option_strings and not (default is None or default is False or default == [])
+        shown = shown and default is not argparse.SUPPRESS
+        return f"{text} (default: %(default)s)" if shown and "default" not in text else text
+
+
 class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` that raises ``InputError`` instead of exiting."""
+    """An ``ArgumentParser`` that raises ``InputError`` instead of exiting, and shows defaults in its help."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise InputError(message)
+
+
+def only_with(flag: str, mode: str, modes: tuple[str, ...]) -> None:
+    """Refuse ``flag`` (given) unless ``--mode`` is one of ``modes``."""
+    if mode not in modes:
+        raise InputError(f"{flag}: only with " + " or ".join(f"--mode {m}" for m in modes))
+
+
+def verdict(
+    what: str, passed: bool, error: float | None = None, tolerance: float | None = None
+) -> dict[str, Any]:
+    """A check's record: what was checked, the error it found and the tolerance (when it measures one), and
+    whether it passed."""
+    return {"what": what, "error": error, "tolerance": tolerance, "passed": bool(passed)}
+
+
+def check_lines(checks: dict[str, Any]) -> list[str]:
+    """The human report of ``checks`` (name -> a ``verdict``, or a dict with a list of them in ``parts``): one
+    line per verdict, saying what was checked, the error against the tolerance, and pass or FAIL."""
+    lines = []
+    for name, check in checks.items():
+        for part in check.get("parts", [check]):
+            measured = ""
+            if part.get("error") is not None:
+                measured = f": error {part['error']:.3g}"
+                if part.get("tolerance") is not None:
+                    measured += f", tolerance {part['tolerance']:.3g}"
+            lines.append(f"check {name}: {part['what']}{measured}: {'pass' if part['passed'] else 'FAIL'}")
+    return lines
 
 
 def integer(low: int, too_small: str | None = None) -> Any:
@@ -92,6 +137,54 @@ def exit_status(main: Callable[[], int]) -> int:
             sys.stderr.flush()
             mpi.COMM_WORLD.Abort(1)
         raise
+
+
+LAUNCHED_SIZES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
+"""Where launchers say how many processes they started, the first one set counting: MPICH's Hydra and Slurm's
+PMI-2 (``PMI_SIZE``), Open MPI's mpirun (``OMPI_COMM_WORLD_SIZE``), srun (``SLURM_STEP_NUM_TASKS``, last: a
+multi-node Hydra starts its proxies with srun)."""
+
+LAUNCHED_RANKS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+def launched_size() -> tuple[str, int] | None:
+    """The launcher's count of the processes it started, and the variable that says so (None: no launcher)."""
+    for name in LAUNCHED_SIZES:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return name, int(value)
+    return None
+
+
+def mpi_library(mpi: Any) -> str:
+    """The first line of the MPI library's version (``mpi``: ``mpi4py.MPI``), e.g. ``MPICH Version: 5.0.2``."""
+    return " ".join(str(mpi.Get_library_version()).strip().splitlines()[0].split())
+
+
+# mpi4py warns of such a launch on import, on every process; check_launched says it in one line instead.
+warnings.filterwarnings("ignore", message="suspicious MPI execution environment")
+
+
+def check_launched(mpi: Any) -> None:
+    """Refuse a run whose launcher started several processes that mpi4py's MPI does not join into one job
+    (Open MPI's mpirun for an MPICH build, srun --mpi=none: N copies of a one-rank run, each doing it all)."""
+    launched = launched_size()
+    if launched is not None and launched[1] > 1 and mpi.COMM_WORLD.Get_size() != launched[1]:
+        name, started = launched
+        raise InputError(
+            f"the launcher started {started} processes ({name}={started}) but mpi4py's MPI "
+            f"({mpi_library(mpi)}) sees {mpi.COMM_WORLD.Get_size()} rank(s) in each: use the launcher of "
+            "the MPI that mpi4py was built against (the venv's mpiexec or srun --mpi=pmi2 for the mpich wheel)"
+        )
+
+
+def first_rank() -> bool:
+    """Whether this process is the one that reports a run's errors: rank 0, as MPI and its launcher number
+    the processes (a launcher that does not match mpi4py's MPI starts several, each rank 0 of its own)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and mpi.COMM_WORLD.Get_rank() != 0:
+        return False
+    return all(os.environ.get(name, "0") in ("", "0") for name in LAUNCHED_RANKS)
 
 
 GPU_WARM_S = 0.5  # seconds of work before a GPU run is timed
@@ -231,7 +324,7 @@ class Fetch:
         return [host.copy() for host in self.pinned[slot]]
 
 
-def _output(cmd: list[str]) -> str | None:
+def command_output(cmd: list[str]) -> str | None:
     """Standard output of ``cmd`` (run in the checkout), or None if it cannot run or fails."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd=REPO)
@@ -242,7 +335,7 @@ def _output(cmd: list[str]) -> str | None:
 
 def gpu_names() -> list[str]:
     """The GPUs this process may use (nvidia-smi's, limited to CUDA_VISIBLE_DEVICES where it is set)."""
-    text = _output(["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"])
+    text = command_output(["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"])
     gpus = [line.split(",", 1) for line in (text or "").splitlines() if "," in line]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
@@ -270,19 +363,21 @@ def _version(module: str) -> str | None:
         return None
 
 
-def _launcher_version(mpiexec: list[str]) -> str | None:
+def launcher_version(mpiexec: list[str]) -> str | None:
     """The launcher's version line (Hydra's "Version:" line, else the first line), or None if it is missing."""
-    lines = [line.strip() for line in (_output([*mpiexec, "--version"]) or "").splitlines() if line.strip()]
+    lines = [
+        line.strip() for line in (command_output([*mpiexec, "--version"]) or "").splitlines() if line.strip()
+    ]
     hydra = ["Hydra " + " ".join(line.split()) for line in lines if line.startswith("Version:")]
     return (hydra + lines)[0] if lines else None
 
 
 def _pad_commit() -> str | None:
     """The checkout's commit (with "-dirty" if it has changes), else $PAD_COMMIT, else None."""
-    head = _output(["git", "rev-parse", "HEAD"])
+    head = command_output(["git", "rev-parse", "HEAD"])
     if head is None:
         return os.environ.get("PAD_COMMIT")
-    dirty = _output(["git", "status", "--porcelain", "--untracked-files=no"])
+    dirty = command_output(["git", "status", "--porcelain", "--untracked-files=no"])
     return head.strip() + ("-dirty" if dirty else "")
 
 
@@ -304,7 +399,7 @@ def machine(mpiexec: list[str] | None = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "versions": {m: _version(m) for m in ("numpy", "numba", "numba_cuda", "mpi4py", "cupy", "tqdm")},
         "launcher": shlex.join(mpiexec) if mpiexec else None,
-        "launcher_version": _launcher_version(mpiexec) if mpiexec else None,
+        "launcher_version": launcher_version(mpiexec) if mpiexec else None,
         "pad_commit": _pad_commit(),
         "slurm_job": os.environ.get("SLURM_JOB_ID"),
         "date": utc_now(),
