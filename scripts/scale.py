@@ -28,7 +28,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -46,6 +48,7 @@ APPS = ("minibude", "lulesh")
 MODES = {"minibude": ("primal", "grad"), "lulesh": ("primal", "grad", "sensitivity")}
 KINDS = ("threads", "ranks", "gpus")
 ERROR_TAIL = 2000  # characters of the app's output kept with a failed point
+PROBE_TIMEOUT = 120  # seconds the launcher's check may take
 
 
 @dataclass(frozen=True)
@@ -116,16 +119,101 @@ def command(
     return [*mpiexec, "-n", str(point.ranks), *wrapper, *app]
 
 
-def environment(point: Point) -> dict[str, str]:
+def environment(point: Point, launcher: Launcher | None = None) -> dict[str, str]:
     """The point's environment: numba gets exactly its threads, pad and the apps import from this checkout
-    (the app runs in the caller's directory, where relative paths among its arguments point)."""
+    (the app runs in the caller's directory, where relative paths among its arguments point), and the
+    launcher what it needs (``Launcher.environment``)."""
     path = os.environ.get("PYTHONPATH")
     return {
         **os.environ,
         "OMP_NUM_THREADS": "1",
         "NUMBA_NUM_THREADS": str(point.threads),
         "PYTHONPATH": REPO + (os.pathsep + path if path else ""),
+        **(launcher.environment if launcher is not None and point.kind != "threads" else {}),
     }
+
+
+# ------------------------------------------------------------------------------------------------ the launcher
+class LauncherError(RuntimeError):
+    """The MPI launcher is missing or does not start ranks of one job for mpi4py's MPI (one line)."""
+
+
+@dataclass
+class Launcher:
+    """The MPI launcher of a study: its command, what it is (``flavour``: MPICH's Hydra, Open MPI, Slurm's
+    srun, ...), and the MPI library mpi4py was built against."""
+
+    command: list[str]
+    flavour: str
+    version: str | None
+    library: str
+
+    @property
+    def environment(self) -> dict[str, str]:
+        """Open MPI's mpirun refuses to run as root unless told to (its flag ``--allow-run-as-root`` is Open
+        MPI's only: set here through its environment, for root only)."""
+        if self.flavour == "Open MPI" and hasattr(os, "geteuid") and os.geteuid() == 0:
+            return {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+        return {}
+
+    def describe(self) -> str:
+        return f"{shlex.join(self.command)} ({self.version or self.flavour})"
+
+
+PROBE = "from mpi4py import MPI; print('pad-probe', MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size())"
+LIBRARY = (
+    "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
+    "print(' '.join(MPI.Get_library_version().strip().splitlines()[0].split()))"
+)
+
+
+def flavour(version: str | None, command: list[str]) -> str:
+    """What a launcher is, from its ``--version`` text (or its name, for srun)."""
+    text = version or ""
+    if os.path.basename(command[0]) == "srun" or text.startswith("slurm"):
+        return "Slurm"
+    for name, marks in (
+        ("Open MPI", ("Open MPI", "OpenRTE", "PRRTE", "prte")),
+        ("Intel MPI", ("Intel(R) MPI",)),
+    ):
+        if any(mark in text for mark in marks):
+            return name
+    return "MPICH" if "Hydra" in text or "HYDRA" in text else "unknown"
+
+
+def find_launcher(mpiexec: str, python: str) -> Launcher:
+    """The launcher ``mpiexec``, checked: found, and starting two ranks that mpi4py's MPI (in ``python``)
+    joins into one job. LauncherError otherwise, one line naming the launcher and mpi4py's MPI."""
+    command = shlex.split(mpiexec)
+    library = (
+        cli.command_output([python, "-c", LIBRARY]) or ""
+    ).strip() or f"none: mpi4py does not load in {python}"
+    if not command or shutil.which(command[0]) is None:
+        raise LauncherError(
+            f"launcher {mpiexec!r} not found (mpi4py's MPI: {library}); give its launcher with --mpiexec or "
+            "PAD_MPIEXEC"
+        )
+    launcher = Launcher(command, "unknown", cli.launcher_version(command), library)
+    launcher.flavour = flavour(launcher.version, command)
+    probe = [*command, "-n", "2", python, "-c", PROBE]
+    env = {**os.environ, **launcher.environment}
+    try:
+        proc = subprocess.run(probe, capture_output=True, text=True, timeout=PROBE_TIMEOUT, env=env)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise LauncherError(
+            f"{launcher.describe()} could not start 2 ranks of mpi4py's MPI ({library}): {exc}"
+        ) from None
+    sizes = sorted(re.findall(r"pad-probe (\d+) (\d+)", proc.stdout))
+    if proc.returncode == 0 and sizes == [("0", "2"), ("1", "2")]:
+        return launcher
+    if proc.returncode == 0:
+        why = "their COMM_WORLD sizes were " + (", ".join(size for _, size in sizes) or "not printed")
+    else:
+        why = f"exit status {proc.returncode}: " + " ".join((proc.stderr or proc.stdout).split())[:300]
+    raise LauncherError(
+        f"{launcher.describe()} does not start ranks of one job for mpi4py's MPI ({library}): asked for 2, "
+        f"{why}; use the launcher of that MPI (--mpiexec or PAD_MPIEXEC)"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ running
@@ -210,7 +298,16 @@ def _progress(points: list[Point], label: str) -> tuple[Any, Callable[[str], Non
 def study(args: argparse.Namespace, extra: list[str]) -> int:
     points = plan(args)
     mpiexec = shlex.split(args.mpiexec)
-    machine = cli.machine(mpiexec)
+    launcher = None
+    if any(point.kind != "threads" for point in points):
+        try:
+            launcher = find_launcher(args.mpiexec, args.python)
+        except LauncherError as exc:
+            print(f"scale: error: {exc}", file=sys.stderr)
+            return cli.EXIT_BAD_INPUT
+    machine = cli.machine(mpiexec if launcher is not None else None)
+    if launcher is not None:
+        machine |= {"launcher_flavour": launcher.flavour, "mpi_library": launcher.library}
     gpus = len(machine["gpus"])
     os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
     started = cli.utc_now()
@@ -232,7 +329,7 @@ def study(args: argparse.Namespace, extra: list[str]) -> int:
             if point.kind == "gpus" and point.workers > gpus:
                 error = f"asked for {point.workers} GPU(s), this machine has {gpus} (nvidia-smi)"
             else:
-                record, error = run_point(cmd, environment(point), json_path, args.timeout)
+                record, error = run_point(cmd, environment(point, launcher), json_path, args.timeout)
             line = {
                 "study": started,
                 **asdict(point),
@@ -259,16 +356,19 @@ def study(args: argparse.Namespace, extra: list[str]) -> int:
     return 1 if failures else 0
 
 
-def _default_mpiexec() -> str:
+def default_mpiexec() -> str:
+    """$PAD_MPIEXEC, else the mpiexec beside this Python (a venv's: the mpich wheel's), else mpiexec on PATH."""
     venv = os.path.join(os.path.dirname(sys.executable), "mpiexec")
-    return venv if os.path.exists(venv) else "mpiexec"
+    return os.environ.get("PAD_MPIEXEC") or (venv if os.path.exists(venv) else "mpiexec")
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     """The study's arguments, and the app's extra arguments (those after ``--``)."""
     extra = argv[argv.index("--") + 1 :] if "--" in argv else []
     own = argv[: argv.index("--")] if "--" in argv else argv
-    p = argparse.ArgumentParser(prog="python -m scripts.scale", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m scripts.scale", description=__doc__.split("\n")[0], formatter_class=cli.HelpFormatter
+    )
     p.add_argument("app", choices=APPS)
     p.add_argument("--kind", choices=KINDS, required=True, help="what the workers are")
     p.add_argument(
@@ -289,7 +389,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         "--out", help="JSON-lines file to append to (default: results/studies/APP-KIND-SCALING.jsonl)"
     )
     p.add_argument(
-        "--mpiexec", default=_default_mpiexec(), help="launcher, e.g. 'mpirun --allow-run-as-root'"
+        "--mpiexec",
+        default=default_mpiexec(),
+        help="the MPI launcher, checked before the study (default: $PAD_MPIEXEC, else the mpiexec beside "
+        "this Python, else mpiexec on PATH: here %(default)s)",
     )
     p.add_argument("--python", default=sys.executable, help="the Python that runs the app")
     p.add_argument("--timeout", type=float, help="seconds a point may take before it is killed and failed")

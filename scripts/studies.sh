@@ -2,8 +2,9 @@
 # The scaling studies of issue 13, for a 16-core host (CPU studies) and a host with 2 GPUs (GPU studies), run
 # from the checkout with PYTHONPATH=. (no install needed). Each study appends to OUT/<study>.jsonl.
 #   bash scripts/studies.sh OUT [STUDY ...]      default: every study; `bash scripts/studies.sh -l` lists them
-# Settings (environment): PYTHON (python3), MPIRUN ("mpirun --allow-run-as-root"), TIMEOUT (seconds a point
-# may take, 900), PAD_COMMIT (the commit to record where the checkout has no .git).
+# Settings (environment): PYTHON (python3), MPIRUN (the MPI launcher, e.g. "srun --mpi=pmix"; default: scale's
+# choice, $PAD_MPIEXEC or the mpiexec beside PYTHON or on PATH, checked against mpi4py's MPI before a study),
+# TIMEOUT (seconds a point may take, 900), PAD_COMMIT (the commit to record where the checkout has no .git).
 # A failed point is recorded and the next one runs; the exit status is 1 if any point failed, and each
 # study's failures are listed in OUT/studies.log.
 set -uo pipefail
@@ -22,12 +23,16 @@ declare -A STUDY=(
 )
 ORDER=(minibude-threads minibude-ranks lulesh-threads lulesh-ranks-strong lulesh-ranks-weak minibude-gpus lulesh-gpus)
 
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
+  sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'
+  exit 0
+fi
 if [[ "${1:-}" == -l ]]; then
   for name in "${ORDER[@]}"; do echo "$name: python -m scripts.scale ${STUDY[$name]}"; done
   exit 0
 fi
 if [[ $# -lt 1 ]]; then
-  echo "usage: bash scripts/studies.sh OUT [STUDY ...]   (bash scripts/studies.sh -l lists the studies)" >&2
+  echo "usage: bash scripts/studies.sh OUT [STUDY ...]   (-l lists the studies, -h explains)" >&2
   exit 2
 fi
 OUT=$(realpath -m "$1")
@@ -46,11 +51,13 @@ export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 PYTHON=${PYTHON:-python3}
 mkdir -p "$OUT"
 status=0
+launcher=()
+if [[ -n "${MPIRUN:-}" ]]; then launcher=(--mpiexec "$MPIRUN"); fi
 for name in "${studies[@]}"; do
   read -ra args <<<"${STUDY[$name]}"
   echo "== $name: $(date -u +%FT%TZ)" | tee -a "$OUT/studies.log"
-  "$PYTHON" -m scripts.scale "${args[0]}" --out "$OUT/$name.jsonl" \
-    --mpiexec "${MPIRUN:-mpirun --allow-run-as-root}" --timeout "${TIMEOUT:-900}" "${args[@]:1}" \
-    2>&1 | tee -a "$OUT/studies.log" || status=1
+  # ${launcher[@]+"${launcher[@]}"}: an empty array under set -u on bash < 4.4
+  "$PYTHON" -m scripts.scale "${args[0]}" --out "$OUT/$name.jsonl" ${launcher[@]+"${launcher[@]}"} \
+    --timeout "${TIMEOUT:-900}" "${args[@]:1}" 2>&1 | tee -a "$OUT/studies.log" || status=1
 done
 exit $status

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -132,22 +133,107 @@ def test_a_failing_point_is_recorded_and_the_study_goes_on(tmp_path, capsys):
     assert "FAILED primal 1 threads size 100000: exit status 2" in captured.err
 
 
-def test_missing_launcher_and_missing_gpus_are_recorded_without_running(tmp_path, monkeypatch, capsys):
+def test_missing_gpus_are_recorded_without_running(tmp_path, monkeypatch, capsys):
     out = tmp_path / "s.jsonl"
-    argv = ["minibude", "--kind", "ranks", "--workers", "2", "--modes", "primal", "--sizes", "64"]
-    assert scale.main([*argv, "--mpiexec", "/nonexistent/mpiexec", "--out", str(out)]) == 1
-    (missing,) = lines(out)
-    assert missing["error"] == "cannot start '/nonexistent/mpiexec': No such file or directory"
-    assert missing["machine"]["launcher_version"] is None
-
     monkeypatch.setattr(cli, "gpu_names", lambda: ["Fake GPU"])
     argv = ["minibude", "--kind", "gpus", "--workers", "2", "--modes", "primal", "grad", "--sizes", "64"]
     assert scale.main([*argv, "--mpiexec", MPIEXEC, "--out", str(out)]) == 1
-    _, primal, grad = lines(out)
+    primal, grad = lines(out)
     for r in (primal, grad):
         assert r["machine"]["gpus"] == ["Fake GPU"] and r["result"] is None and r["wall_s"] < 1.0
         assert r["error"] == "asked for 2 GPU(s), this machine has 1 (nvidia-smi)"
-    assert capsys.readouterr().err.count("FAILED") == 3
+        assert r["machine"]["launcher_flavour"] == "MPICH" and r["machine"]["mpi_library"].startswith("MPICH")
+    assert capsys.readouterr().err.count("FAILED") == 2
+
+
+# A launcher of another MPI, as Open MPI's mpirun is for the mpich wheel's mpi4py: it starts the processes but
+# they do not join one job, so each is rank 0 of 1 and does the whole work.
+OTHER_MPIRUN = """#!/bin/bash
+if [[ "$1" == --version ]]; then echo "mpirun (Open MPI) 4.1.5"; exit 0; fi
+n=$2; shift 2
+pids=()
+for ((i = 0; i < n; i++)); do OMPI_COMM_WORLD_SIZE=$n OMPI_COMM_WORLD_RANK=$i "$@" & pids+=($!); done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+exit $status
+"""
+
+
+@pytest.fixture
+def other_mpirun(tmp_path) -> str:
+    path = tmp_path / "mpirun"
+    path.write_text(OTHER_MPIRUN)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_missing_or_foreign_launcher_stops_the_study_in_one_line(tmp_path, other_mpirun, capsys):
+    """Before any point runs: exit status 2, one line naming the launcher and the MPI mpi4py was built for."""
+    out = tmp_path / "s.jsonl"
+    argv = ["minibude", "--kind", "ranks", "--workers", "1", "2", "--sizes", "64", "--out", str(out)]
+    assert scale.main([*argv, "--mpiexec", "/nonexistent/mpiexec"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'/nonexistent/mpiexec' not found" in err and "MPICH" in err, err
+    assert scale.main([*argv, "--mpiexec", other_mpirun]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"{other_mpirun} (mpirun (Open MPI) 4.1.5) does not start ranks of one job" in err
+    assert "mpi4py's MPI (MPICH" in err and "COMM_WORLD sizes were 1, 1" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("app", [["minibude", "--poses", "16"], ["lulesh", "-s", "2", "-i", "1"]])
+def test_the_apps_refuse_to_run_as_unconnected_copies(other_mpirun, app):
+    proc = subprocess.run(
+        [other_mpirun, "-n", "2", sys.executable, "-m", f"apps.{app[0]}", *app[1:]],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == "", proc
+    (line,) = proc.stderr.strip().splitlines()
+    assert "the launcher started 2 processes (OMPI_COMM_WORLD_SIZE=2) but mpi4py's MPI (MPICH" in line
+
+
+def test_the_launcher_comes_from_the_environment_or_the_venv(monkeypatch):
+    argv = ["minibude", "--kind", "ranks", "--workers", "2"]
+    monkeypatch.delenv("PAD_MPIEXEC", raising=False)
+    assert scale.parse_args(argv)[0].mpiexec == MPIEXEC
+    monkeypatch.setenv("PAD_MPIEXEC", "srun --mpi=pmix")
+    assert scale.parse_args(argv)[0].mpiexec == "srun --mpi=pmix"
+    assert scale.flavour("slurm 23.02.6", ["srun"]) == "Slurm"
+    assert scale.flavour("mpirun (Open MPI) 5.0.3", ["mpirun"]) == "Open MPI"
+    assert scale.flavour("HYDRA build details:\n Version: 4.2.0", ["mpiexec"]) == "MPICH"
+
+
+def test_studies_sh_leaves_the_launcher_to_scale_unless_told(tmp_path):
+    """No Open MPI flag by default: ``--allow-run-as-root`` is Open MPI's, for root only (scale sets it then)."""
+    record = tmp_path / "argv"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/bash\necho "$@" >> {record}\n')
+    python.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "MPIRUN"} | {"PYTHON": str(python)}
+    subprocess.run(
+        ["bash", "scripts/studies.sh", str(tmp_path / "out"), "minibude-ranks"], cwd=REPO, env=env, check=True
+    )
+    subprocess.run(
+        ["bash", "scripts/studies.sh", str(tmp_path / "out"), "lulesh-ranks-weak"],
+        cwd=REPO, env=env | {"MPIRUN": "srun --mpi=pmi2"}, check=True,
+    )  # fmt: skip
+    default, told = record.read_text().splitlines()
+    assert default.startswith("-m scripts.scale minibude --out ") and "--mpiexec" not in default
+    assert "--mpiexec srun --mpi=pmi2 " in told and "allow-run-as-root" not in default + told
+
+
+def test_documented_studies_run_as_written(tmp_path, capsys):
+    """docs/apps.md's scale commands plan as written (nothing Open MPI-only or root-only in them)."""
+    with open(os.path.join(REPO, "docs", "apps.md")) as fh:
+        documented = [line.split(" -m scripts.scale ", 1)[1] for line in fh if " -m scripts.scale " in line]
+    assert len(documented) >= 3
+    for example in documented:
+        argv = shlex.split(example.split("#")[0])
+        assert (
+            "--allow-run-as-root" not in example
+            and scale.main(["--dry-run", "--out", str(tmp_path / "s.jsonl"), *argv]) == 0
+        )
 
 
 def test_a_point_past_its_timeout_is_killed():
