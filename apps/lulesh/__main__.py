@@ -217,8 +217,8 @@ def run(args: Any) -> dict[str, Any]:
     parameters = default_parameters(args.s, hydro.mesh.tp) | args.set
     # Compile every kernel the mode needs, in parallel processes, then load them on a throwaway run: the timed
     # loop measures the program, not numba.
-    ahead = _warm(hydro, lambda: pad.precompile(_rehearsal, hydro, parameters, args, comm=comm))
-    warm = _warm(hydro, lambda: _timed(hydro, parameters, WARM_CYCLES))
+    ahead, compiled = _warm(hydro, lambda: pad.precompile(_rehearsal, hydro, parameters, args, comm=comm))
+    warm = _warm(hydro, lambda: _timed(hydro, parameters, WARM_CYCLES))[0]
     if args.device == "gpu":
         cli.warm_up(lambda cycles: _timed(hydro, parameters, cycles)[2])
 
@@ -229,6 +229,7 @@ def run(args: Any) -> dict[str, Any]:
         bar.close()
     record = _record(args, hydro, state, cycles, seconds, threads)
     record["compile_s"] = ahead + _compile_seconds(warm, seconds / max(cycles, 1))
+    record["precompile"] = compiled
     if args.mode == "grad":
         record.update(_grad(args, hydro, parameters, record))
     elif args.mode == "sensitivity":
@@ -261,16 +262,16 @@ def _rehearsal(hydro: Any, parameters: dict[str, float], args: Any) -> None:
         sensitivity(hydro, WARM_CYCLES, parameters, args.snapshots)
 
 
-def _warm(hydro: Any, work: Any) -> float:
-    """Seconds of the slowest rank's ``work()``: a warm-up run, which compiles the kernels it launches (see
-    ``_compile_seconds``)."""
+def _warm(hydro: Any, work: Any) -> tuple[float, Any]:
+    """Seconds of the slowest rank's ``work()`` (a warm-up run, which compiles the kernels it launches: see
+    ``_compile_seconds``), and what it returned."""
     import pad.mpi
 
     hydro.comm.Barrier()
     start = time.perf_counter()
-    work()
+    out = work()
     hydro.memory.sync()
-    return float(hydro.comm.mpi.allreduce(time.perf_counter() - start, op=pad.mpi.MAX))
+    return float(hydro.comm.mpi.allreduce(time.perf_counter() - start, op=pad.mpi.MAX)), out
 
 
 def _compile_seconds(warm: float, per_cycle: float) -> float:
@@ -351,7 +352,7 @@ def _grad(args: Any, hydro: Any, parameters: dict[str, float], primal: dict[str,
     from apps.lulesh.adjoint import StepGradient, check_step
 
     step = StepGradient(hydro)
-    warm = _warm(hydro, lambda: _timed(hydro, parameters, WARM_CYCLES, leapfrog=step))  # the adjoints
+    warm = _warm(hydro, lambda: _timed(hydro, parameters, WARM_CYCLES, leapfrog=step))[0]  # the adjoints
     bar = cli.progress(100.0, hydro.rank == 0 and not args.q, f"lulesh -s {args.s} gradient", unit="%")
     try:
         state, cycles, seconds = _timed(hydro, parameters, args.i, _on_cycle(args, hydro, bar), step)
@@ -427,7 +428,7 @@ def _sensitivity(
     import pad.checkpoint
     from apps.lulesh.adjoint import check_sensitivity, gather, sensitivity
 
-    warm = _warm(hydro, lambda: sensitivity(hydro, WARM_CYCLES, parameters, args.snapshots))
+    warm = _warm(hydro, lambda: sensitivity(hydro, WARM_CYCLES, parameters, args.snapshots))[0]
     result = sensitivity(hydro, args.i, parameters, args.snapshots)
     coords = gather(hydro, "xv", result.coords)
     checks = {"gradient_run_equals_primal": _same_run(result.cycles, result.energy, primal)}

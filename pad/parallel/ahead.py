@@ -33,14 +33,23 @@ def precompile(
 
     ``comm``: an mpi4py or ``pad.mpi`` communicator whose ranks share the work (every rank calls
     ``precompile``). ``workers``: processes to start besides this one (default: the cores this process may
-    use, shared among its node's ranks, less one). Returns ``{"launchers": noted, "compiled": compiled by this
-    process and its workers, "seconds": ...}``.
+    use, shared among its node's ranks, less one). Returns what it did: ``launchers`` noted, ``compiled`` by
+    this process and its ``workers``, in ``seconds``, with ``cpu_s`` of this process and ``workers_cpu_s`` of
+    the others (on an idle machine the seconds are about the larger of ``cpu_s`` and ``workers_cpu_s /
+    workers``: numba compiles on one core).
     """
     from numba import config
 
-    start = time.perf_counter()
+    start, times = time.perf_counter(), os.times()
     if config.ENABLE_CUDASIM:  # type: ignore[attr-defined]  # the simulator has no compiler to keep busy
-        return {"launchers": 0, "compiled": 0, "seconds": 0.0}
+        return {
+            "launchers": 0,
+            "compiled": 0,
+            "workers": 0,
+            "seconds": 0.0,
+            "cpu_s": 0.0,
+            "workers_cpu_s": 0.0,
+        }
     with compiler.Noting() as noted:
         fn(*args)
     items = compiler.ahead_items(noted.items)
@@ -51,7 +60,18 @@ def precompile(
     compiled = compiler.compile_ahead(items, workers, (rank, size))
     if size > 1:
         mpi.Barrier()
-    return {"launchers": len(items), "compiled": compiled, "seconds": time.perf_counter() - start}
+    end = os.times()
+    return {
+        "launchers": len(items),
+        "compiled": compiled,
+        "workers": workers,
+        "seconds": time.perf_counter() - start,
+        "cpu_s": end.user + end.system - times.user - times.system,
+        "workers_cpu_s": end.children_user
+        + end.children_system
+        - times.children_user
+        - times.children_system,
+    }
 
 
 def _cores() -> int:
