@@ -10,8 +10,9 @@ temporary folder (pad's own few numba functions keep their cache in the package)
     python scripts/bench_compile.py --checkout ../main                    # another checkout's apps (a baseline)
     python scripts/bench_compile.py --app minibude -- --mode grad --poses 4096
 
-Writes ``results/compile-APP-DEVICE.json`` (``--out``): per run (cold, warm) the command, wall seconds, CPU
-seconds, the app's ``compile_s`` and record; the machine and its load average before and after.
+Writes ``results/compile-APP-DEVICE.json`` (``--json``): per run (cold, warm) the command, wall seconds, CPU
+seconds, the app's ``compile_s`` and record; the checkout's commit, the machine and its load average before
+and after.
 """
 
 from __future__ import annotations
@@ -59,16 +60,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=cli.integer(1), default=1, help="CPU threads of the app (cpu)")
     p.add_argument("--ranks", type=cli.integer(1), default=1, help="MPI ranks (the mpiexec beside Python)")
     p.add_argument("--checkout", default=REPO, help="the checkout whose apps run")
-    p.add_argument("--out", help="JSON file (default: results/compile-APP-DEVICE.json)")
+    p.add_argument("--json", metavar="PATH", help="the results (default: results/compile-APP-DEVICE.json)")
     args = p.parse_args(own)
     app_args = DEFAULT_ARGS[args.app] if extra is None else extra
-    out = args.out or os.path.join(REPO, "results", f"compile-{args.app}-{args.device}.json")
+    out = args.json or os.path.join(REPO, "results", f"compile-{args.app}-{args.device}.json")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     checkout = os.path.abspath(args.checkout)
     load_before = os.getloadavg()
     runs: dict[str, Any] = {}
     with tempfile.TemporaryDirectory(prefix="pad-cache-") as cache:
-        env = {**os.environ, "PAD_CACHE_DIR": cache, "PYTHONPATH": checkout, "OMP_NUM_THREADS": "1"}
+        path = os.pathsep.join([checkout, *filter(None, [os.environ.get("PYTHONPATH")])])
+        env = {**os.environ, "PAD_CACHE_DIR": cache, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
         if args.device == "cpu":
             env["NUMBA_NUM_THREADS"] = str(args.threads)
         for name in ("cold", "warm"):
@@ -86,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
         "threads": args.threads,
         "ranks": args.ranks,
         "checkout": checkout,
+        "checkout_commit": (
+            cli.command_output(["git", "-C", checkout, "rev-parse", "--short", "HEAD"]) or ""
+        ).strip(),
         "runs": runs,
         "load_before": load_before,
         "load_after": os.getloadavg(),
