@@ -160,7 +160,10 @@ class Launcher:
         return f"{shlex.join(self.command)} ({self.version or self.flavour})"
 
 
-PROBE = "from mpi4py import MPI; print('pad-probe', MPI.COMM_WORLD.Get_rank(), MPI.COMM_WORLD.Get_size())"
+PROBE = (  # rank 0 of each job writes the sizes its ranks see, in one write: "2 2" for one job of 2, else "1"s
+    "import os; from mpi4py import MPI; sizes = MPI.COMM_WORLD.allgather(MPI.COMM_WORLD.Get_size()); "
+    "MPI.COMM_WORLD.Get_rank() or os.write(1, ('pad-probe %s;' % ' '.join(map(str, sizes))).encode())"
+)
 LIBRARY = (
     "import mpi4py; mpi4py.rc.initialize = False; from mpi4py import MPI; "
     "print(' '.join(MPI.Get_library_version().strip().splitlines()[0].split()))"
@@ -203,11 +206,11 @@ def find_launcher(mpiexec: str, python: str) -> Launcher:
         raise LauncherError(
             f"{launcher.describe()} could not start 2 ranks of mpi4py's MPI ({library}): {exc}"
         ) from None
-    sizes = sorted(re.findall(r"pad-probe (\d+) (\d+)", proc.stdout))
-    if proc.returncode == 0 and sizes == [("0", "2"), ("1", "2")]:
+    jobs = re.findall(r"pad-probe ([\d ]+);", proc.stdout)
+    if proc.returncode == 0 and [job.split() for job in jobs] == [["2", "2"]]:
         return launcher
     if proc.returncode == 0:
-        why = "their COMM_WORLD sizes were " + (", ".join(size for _, size in sizes) or "not printed")
+        why = "their COMM_WORLD sizes were " + (", ".join(" ".join(jobs).split()) or "not printed")
     else:
         why = f"exit status {proc.returncode}: " + " ".join((proc.stderr or proc.stdout).split())[:300]
     raise LauncherError(
