@@ -327,6 +327,39 @@ def checkpoint() -> list[str]:
     ]
 
 
+def compile_times() -> list[str]:
+    """First runs: an app started with an empty kernel cache and again with the cache filled, per checkout
+    (``scripts/bench_compile.py``)."""
+    out = []
+    for rec in _load("compile-*.json"):
+        r = rec["result"]
+        rows = []
+        for name in ("cold", "warm"):
+            run = r["runs"][name]
+            res = run["result"]
+            ahead = res.get("precompile")
+            rows.append(
+                [
+                    name,
+                    f"{run['wall_s']:.1f} s",
+                    f"{run['cpu_s']:.1f} s",
+                    "not reported" if res.get("compile_s") is None else f"{res['compile_s']:.1f} s",
+                    f"{ahead['compiled']} of {ahead['launchers']}, {ahead['workers']} worker(s)"
+                    if ahead
+                    else "",
+                    _time(res["time_primal_s"]),
+                    _time(res["time_grad_s"]) if res.get("time_grad_s") is not None else "",
+                    f"{res['elapsed_s']:.3g} s" if "elapsed_s" in res else "",
+                ]
+            )
+        header = ["run", "wall", "CPU", "compile_s", "compiled ahead", "primal", "gradient", "Elapsed"]
+        what = f"`{r['app']} {' '.join(r['arguments'])} --device {r['device']}`, {r['threads']} thread(s)"
+        where = r["checkout_commit"] or os.path.basename(r["checkout"])
+        out += [f"**checkout {where}**: {what}", "", *_table(header, rows)]
+        out += [*_caption(rec), ""]
+    return out[:-1]
+
+
 def tasks() -> list[str]:
     rec = _one("tasks.json")
     r = rec["result"]
@@ -458,6 +491,7 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "lulesh": lulesh,
     "tasks": tasks,
     "studies": studies,
+    "compile": compile_times,
 }
 
 
