@@ -137,6 +137,9 @@ class Context:
         # first (``current()``), and if none comes, the launch's fused adjoint makes its outputs.
         self.fuse = False
         self.pending: Any = None
+        # Checks an operation leaves for the end of the reverse pass, so that it need not wait for a device
+        # in the middle of it (a GPU adjoint's tape overflow flag).
+        self.after_reverse: list[Callable[[], None]] = []
 
     # -- shadows -------------------------------------------------------------------------------------
     def bind(self, x: Any, dx: Any) -> None:
@@ -502,6 +505,8 @@ def autodiff(f: Callable[..., Any], *args: Any, fuse: bool = False) -> tuple[flo
             _finish_forward(ctx)
             ctx.pending = None  # the last launch stays fused: its adjoint makes its outputs
             reverse_records(ctx.records)
+            for check in ctx.after_reverse:
+                check()
         for a in (ref() for ref in ctx._owned):
             if a is not None:
                 POOL.give(a)

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from pad import arrays
+from pad import arrays, tape
 from pad.kernel import Variant
 from pad.kernel.cuda_runtime import cuda
 from pad.kernel.emit import BLOCK
@@ -49,17 +49,24 @@ def _simulated() -> bool:
     return bool(config.ENABLE_CUDASIM)  # type: ignore[attr-defined]
 
 
+_free_at_start: dict[int, int] = {}  # device -> free bytes when pad first needed a tape on it
+
+
 def _tape_limit(like: Any) -> int:
     limit = os.environ.get("PAD_GPU_TAPE_LIMIT")
     if limit is not None:
         return int(limit)
-    if arrays.is_cupy(like):
-        import cupy
-
-        return int(cupy.cuda.runtime.memGetInfo()[0]) // 2
     if _simulated():
         return 1 << 30
-    return int(cuda.current_context().get_memory_info()[0]) // 2
+    device = arrays.device_id(like) or 0
+    if device not in _free_at_start:
+        if arrays.is_cupy(like):
+            import cupy
+
+            _free_at_start[device] = int(cupy.cuda.runtime.memGetInfo()[0])
+        else:
+            _free_at_start[device] = int(cuda.current_context().get_memory_info()[0])
+    return _free_at_start[device] // 2
 
 
 def _blocks(n: int) -> int:
@@ -128,13 +135,28 @@ def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = (
         call += [arrays.empty(like, (slots, columns), np.float64), overflow]
     _launch(variant.launcher, _blocks(n * lanes), call)
     _clear_seeds(variant, n, extras)
-    if overflow is not None and int(arrays.to_host(overflow)[0]):
-        raise TapeOverflow(
-            f"pad.launch({variant.kernel}): the adjoint overflowed its tape; please report this kernel"
-        )
+    if overflow is not None:
+        _check_tape(variant.kernel, overflow)
     if act is not None:
         outputs += arrays.to_host(act).sum(axis=0)
     return outputs
+
+
+def _check_tape(kernel: str, overflow: Any) -> None:
+    """Raise ``TapeOverflow`` if the adjoint launch flagged ``overflow``: at the end of the reverse pass inside
+    ``autodiff`` (reading the flag waits for the device), at once otherwise."""
+
+    def check() -> None:
+        if int(arrays.to_host(overflow)[0]):
+            raise TapeOverflow(
+                f"pad.launch({kernel}): the adjoint overflowed its tape; please report this kernel"
+            )
+
+    ctx = tape.current()
+    if ctx is None:
+        check()
+    else:
+        ctx.after_reverse.append(check)
 
 
 def _clear_seeds(variant: Variant, n: int, shadows: Sequence[Any]) -> None:
