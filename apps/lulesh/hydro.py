@@ -132,8 +132,11 @@ class Hydro:
         self.rep = put(mesh.rep)
         self.gamma = put(GAMMA)
         # scratch: rewritten every cycle before it is read
-        self.fs = put(np.zeros((3, 8, nelem)))  # stress and hourglass forces per corner (see mesh)
-        self.fh = put(np.zeros((3, 8, nelem)))
+        # Stress and hourglass forces per corner (see mesh). A GPU sums the two per corner, as LLNL's CUDA
+        # port does (half the bytes); CPUs keep them apart and sum each in the C++ original's order.
+        self.combined = memory.device == "gpu"
+        self.fs = put(np.zeros((3, 8, nelem)))
+        self.fh = put(np.zeros((3, 8, 0 if self.combined else nelem)))
         self.fs_corners, self.fh_corners = self.fs.reshape(3, -1), self.fh.reshape(3, -1)
         self.determ = put(np.zeros(nelem))
         self.force = put(np.zeros((3, nnode)))
@@ -216,11 +219,12 @@ class Hydro:
         m = self.mesh
         pad.launch(
             K.k_element_forces, m.nelem, self.nodelist, self.gamma, s.xv, s.p, s.q, s.volo, s.v, s.ss,
-            s.elem_mass, s.params, self.fs, self.fh, self.determ, self.fault, self.earlier, self.flag,
+            s.elem_mass, s.params, self.combined, self.fs, self.fh, self.determ, self.fault, self.earlier,
+            self.flag,
         )  # fmt: skip
         pad.launch(
             K.k_gather_forces, m.nnode, self.corner_start, self.corner_list, self.fs_corners,
-            self.fh_corners, self.force,
+            self.fh_corners, self.combined, self.force,
         )  # fmt: skip
         self.node_halo.exchange(self.force.reshape(3, *self.side), "sum")
         pad.launch(K.k_advance_nodes, m.nnode, s.clock, self.force, s.nodal_mass, self.symmetry, s.xv)
