@@ -19,6 +19,7 @@ import os
 import struct
 import threading
 import warnings
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -131,32 +132,49 @@ def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = (
             )
         stats["tape_bytes"] = nbytes
         stats["peak_tape_bytes"] = max(stats["peak_tape_bytes"], nbytes)
-        overflow = arrays.zeros(like, (1,), np.int32)
+        overflow = _overflow_flag(variant.kernel, like)
         call += [arrays.empty(like, (slots, columns), np.float64), overflow]
     _launch(variant.launcher, _blocks(n * lanes), call)
     _clear_seeds(variant, n, extras)
-    if overflow is not None:
-        _check_tape(variant.kernel, overflow)
+    if overflow is not None and tape.current() is None:
+        _check_tape(overflow, [variant.kernel])
     if act is not None:
         outputs += arrays.to_host(act).sum(axis=0)
     return outputs
 
 
-def _check_tape(kernel: str, overflow: Any) -> None:
-    """Raise ``TapeOverflow`` if the adjoint launch flagged ``overflow``: at the end of the reverse pass inside
-    ``autodiff`` (reading the flag waits for the device), at once otherwise."""
+_flags: weakref.WeakKeyDictionary[tape.Context, dict[int, tuple[Any, list[str]]]] = (
+    weakref.WeakKeyDictionary()
+)
 
-    def check() -> None:
-        if int(arrays.to_host(overflow)[0]):
-            raise TapeOverflow(
-                f"pad.launch({kernel}): the adjoint overflowed its tape; please report this kernel"
-            )
 
+def _overflow_flag(kernel: str, like: Any) -> Any:
+    """The flag an adjoint launch with a tape sets if it overflows (a guard against a wrong depth bound).
+
+    Inside ``autodiff`` every such launch on a device shares one flag, read once when the reverse pass ends:
+    reading it waits for the device, and a wait per launch kept the adjoints from queueing up. Outside, the
+    caller reads a launch's own flag at once."""
     ctx = tape.current()
     if ctx is None:
-        check()
-    else:
-        ctx.after_reverse.append(check)
+        return arrays.zeros(like, (1,), np.int32)
+    per_device = _flags.setdefault(ctx, {})
+    names: list[str]
+    device = arrays.device_id(like) or 0
+    if device not in per_device:
+        flag, names = arrays.zeros(like, (1,), np.int32), []
+        per_device[device] = (flag, names)
+        ctx.after_reverse.append(lambda: _check_tape(flag, names))
+    flag, kernels = per_device[device]
+    if kernel not in kernels:
+        kernels.append(kernel)
+    return flag
+
+
+def _check_tape(overflow: Any, kernels: list[str]) -> None:
+    if int(arrays.to_host(overflow)[0]):
+        raise TapeOverflow(
+            f"the adjoint of {' or '.join(kernels)} overflowed its tape on the GPU; please report the kernel"
+        )
 
 
 def _clear_seeds(variant: Variant, n: int, shadows: Sequence[Any]) -> None:
