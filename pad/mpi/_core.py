@@ -120,10 +120,9 @@ def register(name: str, *, passthrough: bool = True) -> Callable[[Callable[..., 
 
             def method(self: Comm, *args: Any, **kwargs: Any) -> Any:
                 ctx = tape.current()
-                if ctx is None and self._size == 1 and name in ONE_RANK and _on_device(args, kwargs):
-                    out = ONE_RANK[name](*args, **kwargs)
+                if self._size == 1 and name in ONE_RANK and _on_device(args, kwargs):
                     _recorded(self, name, method, args, kwargs, cupy=True)
-                    return out
+                    return ONE_RANK[name](ctx, *args, **kwargs)
                 _recorded(self, name, method, args, kwargs, cupy=False)
                 if ctx is None and not _on_device(args, kwargs):
                     return getattr(self.mpi, name)(*args, **kwargs)
@@ -382,10 +381,18 @@ def _recorded(comm: Comm, name: str, method: Any, args: tuple, kwargs: dict, cup
         record.add(functools.partial(method, comm, *args, **kwargs), cupy=cupy)
 
 
-def _copy(sendbuf: Any, recvbuf: Any, *_: Any, **__: Any) -> None:
-    """A collective of one rank whose result is its input (Allreduce, Allgather, ...): a device copy."""
-    if sendbuf is not IN_PLACE:
-        arrays.assign(recvbuf.reshape(sendbuf.shape), sendbuf)
+def _copy(ctx: tape.Context | None, sendbuf: Any, recvbuf: Any, *_: Any, **__: Any) -> None:
+    """A collective of one rank whose result is its input (Allreduce, Allgather, ...): a device copy,
+    differentiated as one (the reduction of one value is that value, whatever the op)."""
+    if sendbuf is IN_PLACE:
+        return
+    dst = recvbuf.reshape(sendbuf.shape)
+    if ctx is not None:
+        state(ctx)
+        ctx.will_write([dst])
+    arrays.assign(dst, sendbuf)
+    if ctx is not None and sendbuf.dtype.kind == "f":
+        _link_copy(ctx, src=sendbuf, dst=dst)
 
 
 def _nothing(*_: Any, **__: Any) -> None:
@@ -399,8 +406,8 @@ ONE_RANK: dict[str, Callable[..., None]] = {
     ),
     **dict.fromkeys(("Bcast", "Barrier", "Exscan"), _nothing),
 }
-"""Collectives that a communicator of one rank runs on device buffers without staging them through the host
-(outside ``autodiff``): no host round trip, so a ``pad.graph`` step can capture them."""
+"""Collectives that a communicator of one rank runs on device buffers without staging them through the host:
+no host round trip per call (a LULESH cycle's time step), and a ``pad.graph`` step can capture them."""
 
 
 # ---------------------------------------------------------------------------------------------- device staging
