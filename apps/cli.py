@@ -165,11 +165,15 @@ class Memory:
             from mpi4py import MPI
 
             local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
-        gpu = local % max(1, cupy.cuda.runtime.getDeviceCount())
-        cupy.cuda.Device(gpu).use()
-        from pad.kernel.cuda_runtime import cuda
+        try:
+            gpu = local % max(1, cupy.cuda.runtime.getDeviceCount())
+            cupy.cuda.Device(gpu).use()
+            from pad.kernel.cuda_runtime import cuda
 
-        cuda.select_device(gpu)  # numba's CUDA target on the same device
+            cuda.select_device(gpu)  # numba's CUDA target on the same device
+        except Exception as exc:  # no driver or device, or a CuPy or numba-cuda that cannot use it
+            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise InputError(f"--device gpu: no usable GPU ({type(exc).__name__}: {cause})") from None
         self.module = cupy
 
     def put(self, a: np.ndarray) -> Any:

@@ -294,3 +294,24 @@ def test_an_abort_on_one_rank_stops_every_rank():
     said = "VolumeError: non-positive relative volume in element 9 of rank 3 at cycle 1 (code -1)"
     ranks = re.findall(r"rank (\d): " + re.escape(said), done.stdout)
     assert sorted(map(int, ranks)) == list(range(8)), done.stdout + done.stderr
+
+
+class _NoDriver:
+    """A CuPy that imports but finds no GPU, as on a machine without a driver."""
+
+    class cuda:
+        class runtime:
+            @staticmethod
+            def getDeviceCount() -> int:
+                raise RuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected\nmore detail")
+
+
+def test_device_gpu_without_a_usable_gpu_is_one_line_and_status_2(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", _NoDriver)
+    monkeypatch.setattr(numba.config, "ENABLE_CUDASIM", 0, raising=False)
+    assert cli.main(["-s", "2", "-i", "1", "--device", "gpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "lulesh: error: --device gpu: no usable GPU (RuntimeError: cudaErrorNoDevice: no CUDA-capable device "
+        "is detected)"
+    ]
