@@ -162,11 +162,15 @@ def run(args: Any) -> dict[str, Any]:
     """Run LULESH in ``args.mode``; rank 0 returns the results, the other ranks an empty dict."""
     import pad.mpi
     from apps.lulesh import mesh
-    from apps.lulesh.hydro import Hydro, default_parameters
+    from apps.lulesh.hydro import Hydro, default_parameters, device_bytes
 
     comm = pad.mpi.COMM_WORLD
     threads = cli.set_threads(args.threads, comm.mpi) if args.device == "cpu" else 1
-    memory = cli.Memory(args.device, comm.mpi)
+    snapshots = min(args.snapshots, args.i)
+    need = cli.DeviceNeed(
+        device_bytes(args.s, args.mode, snapshots), f"LULESH -s {args.s} --mode {args.mode}"
+    )
+    memory = cli.Memory(args.device, comm.mpi, needs=need)
     root = comm.rank == 0
     if root and not args.q:
         print(_banner(args, comm.size, threads), flush=True)
@@ -187,6 +191,8 @@ def run(args: Any) -> dict[str, Any]:
         record.update(_grad(args, hydro, parameters, record))
     elif args.mode == "sensitivity":
         record.update(_sensitivity(args, hydro, parameters, record))
+    if args.device == "gpu":
+        record["gpu_memory"] = {"estimate_bytes": need.nbytes, "held_bytes": memory.held_bytes()}
     return record if root else {}
 
 
