@@ -102,6 +102,10 @@ def test_eight_device_ranks_reproduce_the_serial_run(tmp_path, monkeypatch):
     assert (r["ranks"], r["iterations"]) == (8, n_cpu)
     assert abs(r["final_origin_energy"] - cpu[2][0]) <= 1e-10 * cpu[2][0]
     assert r["gpu_memory"] == {"estimate_bytes": H.device_bytes(2, "primal"), "held_bytes": None}
+    # the halo exchanges' and the time step's device buffers, staged or handed to MPI as they are
+    mpi = r["mpi"]["primal"]["plain"]
+    assert mpi["calls"] > 0 and mpi["seconds"] > 0
+    assert (mpi["staged_bytes"] > 0) == (r["mpi"]["device_buffers"] == "staged")
 
 
 @pytest.mark.skipif(not SIMULATED, reason="fakes the simulated device's memory size")
