@@ -65,6 +65,35 @@ def default_parameters(nx: int, tp: int) -> dict[str, float]:
     }
 
 
+DEVICE_BYTES = {
+    "primal": (478, 86, 430),
+    "grad": (1226, 580, 746),
+    "sensitivity": (924, 605, 748),
+    "snapshot": (370, 71, 114),
+}
+"""Device bytes of one rank's run per element, per node and once, by mode, and of each state snapshot that a
+whole-run gradient holds: the most device arrays alive at once in one-rank runs on numba's simulator at -s 3,
+4, 5 and 6 (two cycles, three for the snapshots, Python's garbage collector off, so that a cycle's garbage
+counts until the next one), fitted by these three terms to within 10 bytes."""
+
+HALO_BYTES = 384
+"""Device bytes per node of a block's six faces: the halo exchanges' message buffers, in a gradient with
+their shadows and copies (an allowance; a one-rank run has none)."""
+
+
+def device_bytes(nx: int, mode: str, snapshots: int = 0) -> int:
+    """The device memory one rank's run of ``-s nx`` in ``mode`` allocates (estimated before it does), with
+    ``snapshots`` state copies held in ``sensitivity`` mode."""
+    elements, nodes = nx**3, (nx + 1) ** 3
+
+    def bytes_of(what: str) -> int:
+        per_element, per_node, once = DEVICE_BYTES[what]
+        return per_element * elements + per_node * nodes + once
+
+    held = snapshots * bytes_of("snapshot") if mode == "sensitivity" else 0
+    return bytes_of(mode) + held + HALO_BYTES * 6 * (nx + 1) ** 2
+
+
 class Abort(Exception):
     """A physics abort of the original (negative volume, q above qstop), agreed on every rank."""
 

@@ -283,6 +283,8 @@ def test_eight_ranks_reproduce_the_serial_run_of_twice_the_edge(tmp_path):
     assert (r["ranks"], r["iterations"], r["problem"]["elements"]) == (8, 231, 1000)
     want = ORIGINAL_FULL_PRECISION[("-s", "10")]
     assert abs(r["final_origin_energy"] - want) <= 1e-12 * want and r["valid"]
+    plain = r["mpi"]["primal"]["plain"]  # per cycle: the halo exchanges and the time step's MIN
+    assert plain["calls"] > 0 and plain["seconds"] > 0 and plain["staged_bytes"] == 0
 
 
 @pytest.mark.skipif(not os.path.exists(_mpiexec()), reason="no mpiexec beside the interpreter")
