@@ -22,6 +22,7 @@ from pad.kernel.analysis import (
     Activity,
     Definitions,
     activity,
+    check_types,
     definitions,
     infer_types,
     overwritten_arrays,
@@ -118,6 +119,7 @@ def build(
     low = lower_kernel(fn, kinds)
     launch_index, params = low.params[0], low.params[1:]
     low.body, types = infer_types(low.body, low.kinds)
+    check_types(low.body, types, low.kinds, low.filename)
     active_inputs = {p for p, a in zip(params, active, strict=True) if a}
     act = useful(low.body, activity(low.body, types, active_inputs, low.kinds), low.kinds)
     defs = definitions(low.body, launch_index, low.kinds)  # what index ownership may look through

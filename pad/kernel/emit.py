@@ -127,10 +127,15 @@ class Printer:
         assert isinstance(e, Call)
         if e.op == "indicator" and ty == "f4":  # a float32 0 or 1: np.float64() would compute in float64
             return f"np.float32({self.expr(e.args[0], 'b')})"
-        return self.template(e.op).format(*(self.expr(a, ty) for a in e.args))
+        text = self.template(e.op).format(*(self.expr(a, ty) for a in e.args))
+        return f"np.float32({text})" if ty == "f4" and self.wide(e.op) else text
 
     def template(self, op: str) -> str:
         return RULES[op].template
+
+    def wide(self, op: str) -> bool:
+        """Whether ``op``'s template computes in float64 whatever its arguments (cast back to float32)."""
+        return RULES[op].wide
 
     def emit(self, stmts: list[Stmt], indent: int) -> None:
         pad = "    " * indent
@@ -344,7 +349,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from pad.kernel.runtime import grown
+from pad.kernel.runtime import digamma, grown
 
 """
 
@@ -377,6 +382,11 @@ class CudaPrinter(Printer):
 
     def template(self, op: str) -> str:
         return RULES[op].cuda or RULES[op].template
+
+    def wide(self, op: str) -> bool:
+        """CUDA templates (helpers, ``math.pow``) may compute in float64."""
+        rule = RULES[op]
+        return rule.wide or (rule.cuda is not None and rule.result in ("float", "same", "promote"))
 
     groups: int = 0
 
@@ -744,7 +754,14 @@ import numpy as np
 from pad.kernel.cuda_runtime import (  # first: the numpy shim
     WARP_SHUFFLES,
     _ceil,
+    _digamma,
     _floor,
+    _logaddexp,
+    _logaddexp2,
+    _rint,
+    _sign,
+    _sinc,
+    _trunc,
     _tripcount,
     group_sum,
     group_sync,

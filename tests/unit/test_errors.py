@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from pathlib import Path
 
 import numpy as np
@@ -26,9 +28,9 @@ def k_slice(i, x, y):
 
 
 @pad.kernel
-def k_iterate_array(i, x, y):
-    for v in x:
-        y[i] += v
+def k_iterate_rows(i, x, y):
+    for row in x:
+        y[i] += row[0]
 
 
 @pad.kernel
@@ -67,15 +69,142 @@ def k_index_reassign(i, x):
     x[i] = 0.0
 
 
+@pad.func
+def scaled(a, b):
+    return a * b
+
+
+@pad.kernel
+def k_too_many(i, x, y):
+    y[i] = math.sin(x[i], 2.0)
+
+
+@pad.kernel
+def k_arctan_of_two(i, x, y):
+    y[i] = np.arctan(x[i], y[i])
+
+
+@pad.kernel
+def k_too_few(i, x, y):
+    y[i] = math.atan2(x[i])
+
+
+@pad.kernel
+def k_none(i, x, y):
+    y[i] = np.add()
+
+
+@pad.kernel
+def k_keyword(i, x, y):
+    y[i] = np.add(x[i], 1.0, out=y)
+
+
+@pad.kernel
+def k_helper_too_few(i, x, y):
+    y[i] = scaled(x[i])
+
+
+@pad.kernel
+def k_len_of_nothing(i, x, y):
+    y[i] = len()
+
+
+@pad.kernel
+def k_dict(i, x, y):
+    d = {"a": 1.0}
+    y[i] = d["a"]
+
+
+@pad.kernel
+def k_lambda(i, x, y):
+    f = lambda v: v  # noqa: E731
+    y[i] = f(x[i])
+
+
+@pad.kernel
+def k_with(i, x, y):
+    with open("f"):
+        y[i] = x[i]
+
+
+@pad.kernel
+def k_generator(i, x, y):
+    y[i] = max(v for v in x)
+
+
+@pad.kernel
+def k_tuple_out_of_range(i, x, y):
+    t = (x[i], 2.0)
+    y[i] = t[2]
+
+
+@pad.kernel
+def k_tuple_update(i, x, y):
+    t = (x[i], 2.0)
+    t[0] += 1.0
+
+
+@pad.kernel
+def k_float_index(i, x, y):
+    y[i] = x[x[i]]
+
+
+@pad.kernel
+def k_bitwise_float(i, x, y):
+    y[i] = x[i] & 1
+
+
+@pad.kernel
+def k_bad_axis(i, x, y):
+    y[i] = x.shape[1]
+
+
+@pytest.mark.parametrize(
+    ("kernel", "construct", "advice"),
+    [
+        (k_too_many, "math.sin() takes 1 argument (x), 2 given", "docs/kernels.md"),
+        (k_arctan_of_two, "np.arctan() takes 1 argument (x), 2 given", "docs/kernels.md"),
+        (k_too_few, "math.atan2() takes 2 arguments (y, x), 1 given", "docs/kernels.md"),
+        (k_none, "np.add() takes 2 arguments (a, b), 0 given", "docs/kernels.md"),
+        (k_keyword, "np.add() takes no keyword arguments in kernels, out= given", "by position"),
+        (k_helper_too_few, "scaled(a, b): missing a required argument: 'b'", ""),
+        (k_len_of_nothing, "len() takes 1 argument (an array), 0 given", ""),
+        (k_dict, "a dict is not supported", "use a tuple, or pad.local_array"),
+        (k_lambda, "lambda is not supported", "@pad.func helper"),
+        (k_with, "with is not supported", "write the body without it"),
+        (k_generator, "a generator expression is not supported", "for loop over range"),
+        (k_tuple_out_of_range, "index 2 is out of range for the tuple 't' of 2 items", ""),
+        (k_tuple_update, "tuples are immutable", "build a new tuple"),
+        (k_float_index, "an index of 'x' is a float", "int(...)"),
+        (k_bitwise_float, "a bitwise operator (& | ^ << >> ~) is applied to a float", "integers"),
+        (k_bad_axis, "x.shape[1]: axis 1 of an array of 1 dimension(s)", ""),
+    ],
+)
+def test_wrong_call_or_construct_names_function_file_and_line(kernel, construct, advice):
+    """Calls checked against each function's arguments, constructs refused in words; never an internal error."""
+    with pytest.raises(pad.KernelSyntaxError) as info:
+        pad.launch(kernel, 3, np.ones(3), np.zeros(3))
+    message = str(info.value)
+    line = next(
+        n
+        for n, text in enumerate(Path(__file__).read_text().splitlines(), 1)
+        if text.startswith(f"def {kernel.__name__}(")
+    )
+    reported = int(re.search(r"test_errors\.py:(\d+):", message)[1])  # type: ignore[index]
+    assert line < reported <= line + 3, message  # a line of the kernel's body
+    assert construct in message
+    assert advice in message
+
+
 @pytest.mark.parametrize(
     ("kernel", "args", "construct", "advice"),
     [
         (k_print, (np.ones(3),), "print", "kernels call math/numpy"),
         (k_slice, (np.ones(3), np.ones(3)), "slices are not supported", "index single elements"),
-        (k_iterate_array, (np.ones(3), np.ones(3)), "only `for ... in range(...)`", "loop over an index"),
+        (k_iterate_rows, (np.ones((3, 2)), np.ones(3)), "a loop over the rows of 'x'", "range(x.shape[0])"),
         (k_allocate, (np.ones(3),), "np.zeros", "kernels call math/numpy"),
         (k_comprehension, (np.ones(3),), "the call sum(...) is not supported", "kernels call math/numpy"),
-        (k_try, (np.ones(3),), "the statement Try is not supported", "kernels use assignments"),
+        (k_try, (np.ones(3),), "try/except is not supported", "kernels cannot raise or catch exceptions"),
         (
             k_return_value,
             (np.ones(3),),
