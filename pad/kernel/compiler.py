@@ -65,6 +65,7 @@ from pad.kernel.ir import (
     stored_arrays,
     walk,
 )
+from pad.kernel.races import racing_store
 from pad.kernel.reverse import Reverse, adj, private
 from pad.kernel.tangent import Tangent, tan
 
@@ -99,6 +100,9 @@ class Variant:
     # CPU: every private accumulation is at launch index + c, |c| <= halo: chunks of at least 2 * halo indices
     # run in two waves (even, then odd chunks) and add into the arrays themselves (launcher takes ``_nwaves``)
     halo: int = 0
+    # A plain store two launch indices may make to one element (races.racing_store): the message refusing a
+    # launch of more than one index, or ''
+    race: str = ""
 
 
 def cache_dir() -> Path:
@@ -124,6 +128,7 @@ def build(
     act = useful(low.body, activity(low.body, types, active_inputs, low.kinds), low.kinds)
     defs = definitions(low.body, launch_index, low.kinds)  # what index ownership may look through
     reduced = reduced_arrays(low.body, launch_index, low.kinds, low.filename, defs)
+    race = racing_store(low.body, launch_index, low.kinds, low.filename, defs, fn.__name__)
     arrays = [k for k, p in enumerate(params) if isinstance(low.kinds[p], ArrayKind)]
     loaded_names, stored_names = loaded_arrays(low.body), stored_arrays(low.body)
     overwrites = overwritten_arrays(low.body, launch_index, low.kinds)
@@ -189,6 +194,7 @@ def build(
         fuses=bool(rev and rev.moved) and not (stored_names & loaded_names) and not reduced,
         halo=halo,
         clears=gpu_clears,
+        race=race,
     )
     launcher.stack = rev.static_depth() if rev is not None else None
     if target == "cpu":

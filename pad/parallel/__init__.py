@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from pad import arrays, tape
-from pad.kernel import Kernel, Variant
+from pad.kernel import Kernel, KernelSyntaxError, Variant
 from pad.parallel import cpu, graph
 
 __all__ = ["LaunchRecord", "launch"]
@@ -59,6 +59,8 @@ def _target(k: Kernel, args: tuple) -> str:
 
 
 def _run(variant: Variant, n: int, args: tuple, extras: Any = (), shadows: Any = None) -> Any:
+    if variant.race and n > 1:
+        raise KernelSyntaxError(variant.race)
     if variant.target == "cpu":
         return cpu.run(variant, n, args, extras, shadows)
     from pad.parallel import gpu
@@ -100,7 +102,7 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
     slots = [args[p].slot for p in variant.active_scalars]
     if ctx.fuse and ctx.at_top_level():
         fused = k.variant(plain, "fused", active, target)
-        if fused.fuses:
+        if fused.fuses and not (fused.race and n > 1):  # a race is refused by the primal launch
             record = LaunchRecord(ctx, fused, n, plain, kept, shadows, slots)
             record.deferred = (primal, variant)
             ctx.record(record)

@@ -343,3 +343,78 @@ def test_float32_constant_is_not_widened():
 
     source = pad.show(k_f32_constant, "primal", np.ones(2, np.float32), np.ones(2, np.float32))
     assert "np.float32(0.5)" in source
+
+
+@pad.kernel
+def k_one_element(i, x, y):
+    y[0] = x[i]
+
+
+@pad.kernel
+def k_every_element(i, x, y):
+    for k in range(y.shape[0]):
+        y[k] = x[i]
+
+
+@pad.kernel
+def k_guard_by_loop(i, x, y):
+    for k in range(3):
+        if i == k:
+            y[0] = x[i]
+
+
+@pytest.mark.parametrize("kernel", [k_one_element, k_every_element, k_guard_by_loop])
+def test_racing_store_is_refused(kernel):
+    """Every launch index storing to one element: refused before anything runs, saying what to write."""
+    y = np.zeros(3)
+    with pytest.raises(pad.KernelSyntaxError) as info:
+        pad.launch(kernel, 3, np.arange(3.0), y)
+    message = str(info.value)
+    assert "test_errors.py:" in message and "every launch index stores to the same element of 'y'" in message
+    assert "y[...] += value" in message and "if i == 0:" in message
+    assert not y.any()
+    with pytest.raises(pad.KernelSyntaxError, match="same element"):
+        pad.autodiff(
+            lambda x, y: pad.launch(kernel, 3, x, y), pad.Dup(np.ones(3), np.zeros(3)), pad.Dup(y, y + 1)
+        )
+
+
+@pad.kernel
+def k_first_writes(i, x, y):
+    if i == 0:
+        y[0] = 2.0 * x[0]
+    n = x.shape[0]
+    if i == n - 1:
+        y[1] = x[i] * x[0]
+    if i != 1:
+        y[i + 2] = x[i]
+    else:
+        y[2 + 1] = 3.0 * x[i]
+
+
+@pad.kernel
+def k_scatter(i, perm, x, y):
+    y[perm[i]] = x[i] * x[i]
+
+
+def test_single_writers_and_index_arrays_are_accepted():
+    """Guarded single writers, stores at indices that vary (an index array is trusted)."""
+    x = np.linspace(1.0, 2.0, 3)
+    pad.check_grad(
+        lambda x, y: pad.launch(k_first_writes, 3, x, y),
+        pad.Dup(x, np.zeros(3)),
+        pad.Dup(np.zeros(5), np.zeros(5)),
+    )
+    perm = np.array([2, 0, 1])
+    pad.check_grad(
+        lambda x, y: pad.launch(k_scatter, 3, perm, x, y),
+        pad.Dup(x, np.zeros(3)),
+        pad.Dup(np.zeros(3), np.zeros(3)),
+    )
+
+
+def test_a_launch_of_one_index_may_store_anywhere():
+    """One launch index is serial: a scalar kernel (LULESH's time step) stores at fixed elements."""
+    x, y, dx = np.array([3.0]), np.zeros(1), np.zeros(1)
+    pad.autodiff(lambda x, y: pad.launch(k_one_element, 1, x, y), pad.Dup(x, dx), pad.Dup(y, np.ones(1)))
+    assert y[0] == 3.0 and dx[0] == 1.0
