@@ -9,7 +9,7 @@ from typing import Any
 
 from pad import checkpoint, tasks
 from pad.annotations import Active, Const, Dup
-from pad.kernel import KernelSyntaxError, func, kernel, local_array, show
+from pad.kernel import KernelSyntaxError, debug, func, kernel, local_array, show
 from pad.parallel import launch
 from pad.parallel.graph import graph
 from pad.tape import autodiff, fwddiff
@@ -23,6 +23,7 @@ __all__ = [
     "autodiff",
     "check_grad",
     "checkpoint",
+    "debug",
     "func",
     "fwddiff",
     "graph",

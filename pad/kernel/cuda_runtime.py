@@ -24,7 +24,7 @@ import math
 
 from numba import config, cuda  # after the shim
 
-from pad.kernel.runtime import psi
+from pad.kernel.runtime import check_index, psi
 
 WARP_SHUFFLES = not config.ENABLE_CUDASIM  # type: ignore[attr-defined]
 FULL = 0xFFFFFFFF
@@ -168,3 +168,4 @@ def _sinc(x):  # type: ignore[no-untyped-def]
 
 
 _digamma = cuda.jit(device=True)(psi)  # lgamma's derivative, as on CPU threads
+checked = cuda.jit(device=True)(check_index)  # PAD_DEBUG, on numba's CUDA simulator only (pad.kernel.checks)

@@ -1,5 +1,6 @@
-"""Small compiled helpers that generated kernels call: the growable per-thread stacks of reverse mode, and
-the digamma function (the derivative of ``math.lgamma``), which numba lacks."""
+"""Small compiled helpers that generated kernels call: the growable per-thread stacks of reverse mode, the
+digamma function (the derivative of ``math.lgamma``), which numba lacks, and the bounds check of
+``PAD_DEBUG`` kernels."""
 
 from __future__ import annotations
 
@@ -41,3 +42,15 @@ def psi(x: float) -> float:
 
 
 digamma = njit(cache=True)(psi)
+
+
+def check_index(site: int, shape: tuple, index: tuple, at: int) -> tuple:
+    """``index`` if it lies in ``shape`` (no negative indices), else IndexError(site, index, shape, at): the
+    access ``site`` of a ``PAD_DEBUG`` kernel (``pad.kernel.checks``) at launch index ``at``."""
+    for d in range(len(index)):
+        if not 0 <= index[d] < shape[d]:
+            raise IndexError(site, index, shape, at)
+    return index
+
+
+checked = njit(cache=True)(check_index)

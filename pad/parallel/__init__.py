@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from pad import arrays, tape
-from pad.kernel import Kernel, KernelSyntaxError, Variant
+from pad.kernel import Kernel, KernelSyntaxError, Variant, checks
 from pad.parallel import cpu, graph
 
 __all__ = ["LaunchRecord", "launch"]
@@ -61,11 +61,19 @@ def _target(k: Kernel, args: tuple) -> str:
 def _run(variant: Variant, n: int, args: tuple, extras: Any = (), shadows: Any = None) -> Any:
     if variant.race and n > 1:
         raise KernelSyntaxError(variant.race)
-    if variant.target == "cpu":
-        return cpu.run(variant, n, args, extras, shadows)
-    from pad.parallel import gpu
+    try:
+        if variant.target == "cpu":
+            return cpu.run(variant, n, args, extras, shadows)
+        from pad.parallel import gpu
 
-    return gpu.run(variant, n, args, extras)
+        return gpu.run(variant, n, args, extras)
+    except IndexError as e:  # PAD_DEBUG: a checked access out of range
+        if variant.sites is None:
+            raise
+        message = checks.out_of_range(e, variant.filename, variant.kernel, variant.mode, variant.sites)
+        if message is None:
+            raise
+        raise IndexError(message) from None
 
 
 def launch(k: Kernel, n: int, *args: Any) -> None:

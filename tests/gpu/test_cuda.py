@@ -350,3 +350,31 @@ def test_one_rank_collectives_on_the_device_are_differentiated_copies(op, monkey
     np.testing.assert_allclose(grads[1][0], grads[0][0], rtol=1e-14)
     np.testing.assert_allclose(grads[1][1], grads[0][1], rtol=1e-14)
     np.testing.assert_allclose(grads[0][1], 12.0 * np.linspace(0.5, 1.5, n) ** 3, rtol=1e-14)
+
+
+@pad.kernel
+def shifted(i, x, y):
+    y[i] = 2.0 * x[i + 1]
+
+
+@pad.kernel
+def gathered(i, idx, x, y):
+    y[i] = 3.0 * x[idx[i]]
+
+
+@pytest.mark.skipif(not SIMULATED, reason="PAD_DEBUG checks CUDA kernels on numba's simulator only")
+def test_debug_checks_every_access_on_the_simulator():
+    """The same message as on CPU threads: kernel, line, array, index, shape, launch index."""
+    x, y, idx = device(np.ones(4)), device(np.zeros(4)), device(np.arange(4))
+
+    def program(x, y):
+        pad.launch(gathered, 4, idx, x, y)
+        idx[0] = 7  # the adjoint reads the index array as it is then
+
+    with pad.debug():
+        with pytest.raises(
+            IndexError, match=r"in shifted \(primal\), launch index 3: index \(4,\) is out of"
+        ):
+            pad.launch(shifted, 4, x, y)
+        with pytest.raises(IndexError, match=r"in gathered \(adjoint\), launch index 0: index \(7,\) is out"):
+            pad.autodiff(program, pad.Dup(x, device(np.zeros(4))), pad.Dup(y, device(np.ones(4))))
