@@ -422,6 +422,9 @@ def _staged(
     (differentiably)."""
     if ctx is not None:
         state(ctx)  # marks the context as one that communicates
+        if ctx.protected:  # arrays under differentiation, read-only to the program: receive into aliases
+            args = tuple(_writable(ctx, a) for a in args)
+            kwargs = {k: _writable(ctx, v) for k, v in kwargs.items()}
     if not _on_device(args, kwargs):
         return impl(comm, ctx, *args, **kwargs)
     copies: list[tuple[Any, np.ndarray]] = []
@@ -453,6 +456,13 @@ def _staged(
         return result
     back()
     return result
+
+
+def _writable(ctx: tape.Context, buf: Any) -> Any:
+    """A buffer argument (``arr``, ``[arr, ...]``) with its array writable (``tape.Context.writable``)."""
+    if isinstance(buf, (list, tuple)) and buf:
+        return type(buf)([ctx.writable(buf[0]), *buf[1:]])
+    return ctx.writable(buf)
 
 
 def _link_copy(ctx: tape.Context, src: Any, dst: Any) -> None:

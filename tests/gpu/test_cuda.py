@@ -13,6 +13,7 @@ import pytest
 
 import pad
 from pad import arrays
+from pad.parallel import _run
 from tests.gpu.test_corpus_cuda import SIMULATED, _gpu_available, device
 
 pytestmark = [
@@ -365,16 +366,35 @@ def gathered(i, idx, x, y):
 @pytest.mark.skipif(not SIMULATED, reason="PAD_DEBUG checks CUDA kernels on numba's simulator only")
 def test_debug_checks_every_access_on_the_simulator():
     """The same message as on CPU threads: kernel, line, array, index, shape, launch index."""
-    x, y, idx = device(np.ones(4)), device(np.zeros(4)), device(np.arange(4))
-
-    def program(x, y):
-        pad.launch(gathered, 4, idx, x, y)
-        idx[0] = 7  # the adjoint reads the index array as it is then
-
+    x, y, dx, dy = device(np.ones(4)), device(np.zeros(4)), device(np.zeros(4)), device(np.ones(4))
+    idx = device(np.array([0, 1, 2, 7]))
     with pad.debug():
         with pytest.raises(
             IndexError, match=r"in shifted \(primal\), launch index 3: index \(4,\) is out of"
         ):
             pad.launch(shifted, 4, x, y)
-        with pytest.raises(IndexError, match=r"in gathered \(adjoint\), launch index 0: index \(7,\) is out"):
-            pad.autodiff(program, pad.Dup(x, device(np.zeros(4))), pad.Dup(y, device(np.ones(4))))
+        adjoint = gathered.variant((idx, x, y), "adjoint", (False, True, True), target="cuda")
+    with pytest.raises(
+        IndexError, match=r"in gathered \(adjoint\), launch index 3: index \(7,\) is out of range"
+    ):
+        _run(adjoint, 4, (idx, x, y), [dx, dy], [None, dx, dy])
+
+
+def test_array_operations_on_the_device():
+    """pad.copy/scale/axpy/fill are launches: they run and are differentiated where their arrays live."""
+    rng = np.random.default_rng(5)
+
+    def program(a, x, y):
+        pad.axpy(a, x, y)
+        pad.scale(y, a)
+        pad.copy(x, y)
+        pad.fill(y, 0.5)
+        pad.axpy(2.0, x, y)
+
+    x, y = rng.uniform(0.5, 1.5, (3, 4)), rng.uniform(0.5, 1.5, (3, 4))
+    pad.check_grad(
+        program,
+        pad.Active(1.3),
+        pad.Dup(device(x), device(np.zeros_like(x))),
+        pad.Dup(device(y), device(np.zeros_like(y))),
+    )
