@@ -7,6 +7,7 @@ the stacks of the reverse sweep, views of private accumulation buffers, and accu
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -59,6 +60,14 @@ def base_name(name: str) -> str:
 
 _ZERO = {"f4": "np.float32(0.0)", "f8": "0.0", "i": "0", "b": "False"}
 _CAST = {"f4": "np.float32({})", "f8": "{}", "i": "{}", "b": "({} != 0)"}
+
+
+def _float(value: float | np.floating) -> str:
+    """A float as Python source: ``math.inf`` and ``math.nan`` where ``repr`` would print a bare name."""
+    v = float(value)
+    if math.isfinite(v):
+        return repr(v)
+    return "math.nan" if math.isnan(v) else ("math.inf" if v > 0 else "(-math.inf)")
 
 
 def element_type(kind: Kind | None) -> str:
@@ -122,9 +131,11 @@ class Printer:
             return self.current(e.id)
         if isinstance(e, Lit):
             if isinstance(e.value, np.float32) or (e.typed and ty == "f4" and not isinstance(e.value, bool)):
-                return f"np.float32({float(e.value)!r})"
+                return f"np.float32({_float(e.value)})"
             if e.typed and not isinstance(e.value, bool):
-                return repr(float(e.value))
+                return _float(e.value)
+            if isinstance(e.value, float) and not math.isfinite(e.value):
+                return _float(e.value)  # np.float64(inf) would print as a bare name too
             return repr(e.value)
         if isinstance(e, Elem):
             return f"{e.array}[{self.at(e.array, e.index)}]"

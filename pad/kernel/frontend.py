@@ -352,7 +352,14 @@ class Lowering:
         line = scope.src.line(node)
         if isinstance(value, ast.Attribute) and value.attr == "shape" and isinstance(value.value, ast.Name):
             array = self.array_arg(scope, value.value)
-            axis = self.constant_int(scope, node.slice)
+            try:
+                axis = self.constant_int(scope, node.slice)
+            except KernelSyntaxError:
+                raise scope.src.error(
+                    node,
+                    f"the axis of {ast.unparse(node)} is not an integer constant",
+                    "write a.shape[0], ...",
+                ) from None
             ndim = self._array_kind(array).ndim
             if not 0 <= axis < ndim:
                 raise scope.src.error(

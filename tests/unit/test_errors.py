@@ -159,6 +159,22 @@ def k_bad_axis(i, x, y):
     y[i] = x.shape[1]
 
 
+@pad.kernel
+def k_shape_axis(i, x, y):
+    y[i] = x.shape[i]
+
+
+@pad.kernel
+def k_infinite(i, x, y):
+    y[i] = min(x[i], math.inf) + max(x[i], -1e400)
+
+
+def test_infinite_constants_compile():
+    y = np.zeros(3)
+    pad.launch(k_infinite, 3, np.array([1.0, -2.0, 3.0]), y)
+    np.testing.assert_array_equal(y, [2.0, -4.0, 6.0])
+
+
 @pytest.mark.parametrize(
     ("kernel", "construct", "advice"),
     [
@@ -178,6 +194,7 @@ def k_bad_axis(i, x, y):
         (k_float_index, "an index of 'x' is a float", "int(...)"),
         (k_bitwise_float, "a bitwise operator (& | ^ << >> ~) is applied to a float", "integers"),
         (k_bad_axis, "x.shape[1]: axis 1 of an array of 1 dimension(s)", ""),
+        (k_shape_axis, "the axis of x.shape[i] is not an integer constant", "a.shape[0]"),
     ],
 )
 def test_wrong_call_or_construct_names_function_file_and_line(kernel, construct, advice):
