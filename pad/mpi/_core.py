@@ -511,6 +511,9 @@ def _staged(
     (differentiably)."""
     if ctx is not None:
         state(ctx)  # marks the context as one that communicates
+        if ctx.protected:  # arrays under differentiation, read-only to the program: receive into aliases
+            args = tuple(_writable(ctx, a) for a in args)
+            kwargs = {k: _writable(ctx, v) for k, v in kwargs.items()}
     if not _on_device(args, kwargs):
         return impl(comm, ctx, *args, **kwargs)
     direct(comm)  # logs the choice
@@ -546,6 +549,13 @@ def _staged(
         return result
     back()
     return result
+
+
+def _writable(ctx: tape.Context, buf: Any) -> Any:
+    """A buffer argument (``arr``, ``[arr, ...]``) with its array writable (``tape.Context.writable``)."""
+    if isinstance(buf, (list, tuple)) and buf:
+        return type(buf)([ctx.writable(buf[0]), *buf[1:]])
+    return ctx.writable(buf)
 
 
 def _link_copy(ctx: tape.Context, src: Any, dst: Any) -> None:

@@ -106,6 +106,8 @@ class Halo:
             )
             for rank, send, recv, st, rt in self.links
         ]
+        if ctx is not None:
+            a = ctx.writable(a)  # an array under differentiation is read-only to the program
         outgoing = [(rank, tag, _pack(ctx, a, send)) for rank, send, _, tag, _ in links if send is not None]
         incoming = [
             (rank, tag, recv, arrays.empty(a, a[_at(recv)].shape, a.dtype))
