@@ -4,6 +4,7 @@ progress bar, where arrays live, and a description of the machine for results re
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import importlib
 import json
@@ -234,36 +235,97 @@ class NoBar:
         """Nothing to close."""
 
 
-class Memory:
-    """Where an app's arrays live: the host (NumPy), a GPU (CuPy, one device per rank of a node), or,
-    under ``NUMBA_ENABLE_CUDASIM=1`` without CuPy, numba's simulated device arrays."""
+CONTEXT_BYTES = 512 << 20
+"""Device memory a rank's process holds besides its arrays (its CUDA context, the modules CuPy and numba
+load): an allowance, added to each rank's estimate when ranks share a GPU."""
 
-    def __init__(self, device: str, comm: Any = None, *, simulator: bool = True) -> None:
+
+def gpu_for(local_rank: int, gpus: int) -> int:
+    """The GPU (an index among the ``gpus`` visible ones) of node-local rank ``local_rank``: round-robin, the
+    rule ``scripts/gpu_round_robin.sh`` applies too (it then leaves each rank one visible GPU, index 0)."""
+    return local_rank % max(1, gpus)
+
+
+def local_rank(comm: Any) -> int:
+    """This process's rank among the ranks of ``comm`` on its node (0 without MPI)."""
+    if comm is None or comm.Get_size() == 1:
+        return 0
+    from mpi4py import MPI
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    rank = int(node.Get_rank())
+    node.Free()
+    return rank
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceNeed:
+    """What one rank's run will allocate on its GPU (estimated from the problem's sizes), and of what."""
+
+    nbytes: int
+    what: str  # e.g. "LULESH -s 60 --mode grad"
+
+
+def size_text(n: float) -> str:
+    """A byte count for people: ``21.4 GB``, ``536.9 MB``, ``912 B``."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+class Memory:
+    """Where an app's arrays live: the host (NumPy), a GPU (CuPy), or, under ``NUMBA_ENABLE_CUDASIM=1``
+    without CuPy, numba's simulated device arrays.
+
+    A rank's GPU is ``gpu_for(node-local rank, visible GPUs)``: ranks share GPUs round-robin when there are
+    more ranks than GPUs. Given ``needs``, the ranks check together, before anything is allocated, that the
+    ranks sharing each GPU fit in its memory (``PAD_GPU_MEMORY``, bytes, stands for the size of every
+    GPU), and all raise the same ``InputError`` if not.
+    """
+
+    def __init__(
+        self, device: str, comm: Any = None, *, simulator: bool = True, needs: DeviceNeed | None = None
+    ) -> None:
         """``simulator=False``: an app that needs CuPy arrays asks for them under the simulator too."""
         self.device = device
         self.module: Any = np
+        self.gpu: int | None = None
         if device == "cpu":
             return
         from numba import config
 
         if simulator and config.ENABLE_CUDASIM:  # type: ignore[attr-defined]
-            self.module = None
+            self.module, self.gpu = None, 0  # the simulator has one device
+            if needs is not None:
+                check_fits(comm, needs, (platform.node(), "simulated"), "the simulated GPU", None)
             return
         try:
             import cupy
         except ImportError as exc:
             raise InputError(f"--device gpu: CuPy is not available ({exc})") from None
-        local = 0
-        if comm is not None and comm.Get_size() > 1:
-            from mpi4py import MPI
+        try:
+            gpu = self.gpu = gpu_for(local_rank(comm), cupy.cuda.runtime.getDeviceCount())
+            card = cupy.cuda.Device(gpu)
+            card.use()
+            from pad.kernel.cuda_runtime import cuda
 
-            local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
-        gpu = local % max(1, cupy.cuda.runtime.getDeviceCount())
-        cupy.cuda.Device(gpu).use()
-        from pad.kernel.cuda_runtime import cuda
-
-        cuda.select_device(gpu)  # numba's CUDA target on the same device
+            cuda.select_device(gpu)  # numba's CUDA target on the same device
+        except Exception as exc:  # no driver or device, or a CuPy or numba-cuda that cannot use it
+            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise InputError(f"--device gpu: no usable GPU ({type(exc).__name__}: {cause})") from None
         self.module = cupy
+        if needs is not None:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+            name = visible[gpu].strip() if gpu < len(visible) and visible[gpu].strip() else str(gpu)
+            bus = card.pci_bus_id
+            check_fits(comm, needs, (platform.node(), bus), f"GPU {name} ({bus})", card.mem_info[1])
+
+    def held_bytes(self) -> int | None:
+        """Device bytes this process's CuPy memory pool holds (in use or cached), or None off CuPy."""
+        if self.module is None or self.module is np:
+            return None
+        return int(self.module.get_default_memory_pool().total_bytes())
 
     def put(self, a: np.ndarray) -> Any:
         """``a`` in this memory."""
@@ -287,6 +349,37 @@ class Memory:
     def fetch(self, *parts: Any) -> Fetch:
         """Host copies of ``parts`` (a few small arrays of this memory), started and waited for apart."""
         return Fetch(self, parts)
+
+
+def check_fits(comm: Any, needs: DeviceNeed, key: tuple[str, str], name: str, capacity: int | None) -> None:
+    """Raise the same ``InputError`` on every rank of ``comm`` if the ranks sharing some GPU need more than its
+    memory: ``key`` (host, PCI bus) identifies this rank's GPU, ``name`` names it, ``capacity`` is its size
+    in bytes (``PAD_GPU_MEMORY`` overrides it; None: unknown, nothing to check)."""
+    override = os.environ.get("PAD_GPU_MEMORY")
+    if override is not None:
+        try:
+            capacity = int(override)
+        except ValueError:
+            raise InputError(f"PAD_GPU_MEMORY: {override!r} is not a number of bytes") from None
+    mine = (key, name, capacity, needs.nbytes + CONTEXT_BYTES, needs.what)
+    every = comm.allgather(mine) if comm is not None and comm.Get_size() > 1 else [mine]
+    sharing: dict[tuple[str, str], list[int]] = {}
+    for rank, (where, *_) in enumerate(every):
+        sharing.setdefault(where, []).append(rank)
+    for ranks in sharing.values():
+        size, held = every[ranks[0]][2], 0
+        for rank in ranks:
+            _, gpu, _, nbytes, what = every[rank]
+            held += nbytes
+            if size is not None and held > size:
+                total = sum(every[r][3] for r in ranks)
+                raise InputError(
+                    f"--device gpu: rank {rank} does not fit on {gpu}: rank(s) {', '.join(map(str, ranks))} "
+                    f"share it and need {size_text(total)} in all, over its {size_text(size)}; rank {rank} "
+                    f"needs {size_text(nbytes)} ({what}: {size_text(nbytes - CONTEXT_BYTES)}, and "
+                    f"{size_text(CONTEXT_BYTES)} for its CUDA context). Run fewer ranks per GPU or a smaller "
+                    "problem"
+                )
 
 
 class Fetch:

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pad import arrays, tape
+from pad.kernel import checks
 
 __all__ = ["check_grad"]
 
@@ -129,8 +130,32 @@ def check_grad(
                     "finite differences vs forward" if name == "fd" else "forward vs reverse (dot product)"
                 )
                 report.append(f"direction {d}: {label}: {a!r} vs {b!r} (relative error {err:.3e})")
+    if report and _size() == 1:  # one process (a rank alone would hang the others): name the cause
+        restore()
+        report.append(_diagnose(f, args, seeds))
+        restore()
     _finish_check(report)
     return worst
+
+
+LIKELY = (
+    "likely causes pad cannot see by itself: a NumPy write between pad operations to an array it does not "
+    "protect (one f allocates, a pad.Const, a GPU array), which pad.copy/scale/axpy/fill or a kernel would "
+    "differentiate; an index out of range in a kernel; PAD_DEBUG=1 checks both"
+)
+
+
+def _diagnose(f: Callable[..., Any], args: tuple, seeds: dict[int, np.ndarray]) -> str:
+    """Rerun the reverse pass under ``PAD_DEBUG``: the error it raises, if any, names the cause."""
+    annotated = [
+        tape.Dup(a.value, arrays.like(a.value, seeds[i])) if i in seeds else a for i, a in enumerate(args)
+    ]
+    try:
+        with checks.debug(True):
+            tape.autodiff(f, *annotated)
+    except (IndexError, ValueError) as e:
+        return f"rerun under PAD_DEBUG=1, pad found: {e}"
+    return LIKELY
 
 
 def _rank() -> int:
@@ -138,6 +163,13 @@ def _rank() -> int:
     if mpi_mod is None or not mpi_mod.Is_initialized() or mpi_mod.Is_finalized():
         return 0
     return int(mpi_mod.COMM_WORLD.Get_rank())
+
+
+def _size() -> int:
+    mpi_mod = sys.modules.get("mpi4py.MPI")
+    if mpi_mod is None or not mpi_mod.Is_initialized() or mpi_mod.Is_finalized():
+        return 1
+    return int(mpi_mod.COMM_WORLD.Get_size())
 
 
 def _finish_check(report: list[str]) -> None:

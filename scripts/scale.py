@@ -2,12 +2,12 @@
 
 For each mode, worker count, size and repeat it runs the app's command line once: ``--threads N`` in one
 process (``--kind threads``), under ``mpiexec -n N`` with one thread per rank (``--kind ranks``), or under
-``mpiexec -n N`` with one GPU per rank (``--kind gpus``: ``--device gpu``, and ``one_gpu_per_rank.sh`` sets
-``CUDA_VISIBLE_DEVICES`` to the rank's own GPU). Each point appends one line as soon as it ends, so a later
-failure loses nothing:
+``mpiexec`` on N GPUs (``--kind gpus``: ``--device gpu``, ``--ranks-per-gpu K`` ranks on each, one by default,
+and ``gpu_round_robin.sh`` sets each rank's ``CUDA_VISIBLE_DEVICES`` to one of the N, round-robin). Each point
+appends one line as soon as it ends, so a later failure loses nothing:
 
     {"study", "app", "mode", "kind", "workers", "scaling", "size", "ranks", "threads", "repeat",
-     "command", "started", "wall_s", "ok", "error", "result", "machine"}
+     "ranks_per_gpu", "command", "started", "wall_s", "ok", "error", "result", "machine"}
 
 ``result`` is the app's ``--json`` record (None if it wrote none), ``error`` why the point failed (None when
 it did not), ``machine`` the host (CPU model, cores, GPUs, library versions, pad commit, date). A failed
@@ -16,11 +16,12 @@ a timeout) is recorded and the study goes on; failures are listed at the end and
 
 Sizes: miniBUDE's is poses (``--poses``; by default the whole deck), LULESH's the mesh edge. Strong scaling
 keeps the total problem (LULESH ranks split ``-s SIZE`` into ``-s SIZE/cbrt(ranks)`` each); weak scaling
-gives every worker ``SIZE`` (miniBUDE: ``SIZE * workers`` poses; LULESH: ``SIZE**3`` elements per worker,
-i.e. ``-s SIZE`` per rank). LULESH needs a cube number of ranks. Arguments after ``--`` go to the app.
+gives every thread or rank ``SIZE`` (miniBUDE: ``SIZE`` poses each; LULESH: ``SIZE**3`` elements each, i.e.
+``-s SIZE`` per rank). LULESH needs a cube number of ranks. Arguments after ``--`` go to the app.
 
     python -m scripts.scale minibude --kind threads --workers 1 2 4 --modes primal grad -- --deck bm1
     python -m scripts.scale lulesh --kind ranks --workers 1 8 --sizes 60 --iterations 50 --modes primal grad
+    python -m scripts.scale lulesh --kind gpus --workers 1 2 --ranks-per-gpu 1 4 --sizes 120 --iterations 50
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ from typing import Any
 from apps import cli
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-GPU_WRAPPER = os.path.join(REPO, "scripts", "one_gpu_per_rank.sh")
+GPU_WRAPPER = os.path.join(REPO, "scripts", "gpu_round_robin.sh")
 APPS = ("minibude", "lulesh")
 MODES = {"minibude": ("primal", "grad"), "lulesh": ("primal", "grad", "sensitivity")}
 KINDS = ("threads", "ranks", "gpus")
@@ -53,7 +54,8 @@ PROBE_TIMEOUT = 120  # seconds the launcher's check may take
 
 @dataclass(frozen=True)
 class Point:
-    """One run of the app: a mode, a worker count, a size (None: the app's whole default problem)."""
+    """One run of the app: a mode, a worker count (threads, ranks or GPUs), a size (None: the app's whole
+    default problem); on GPUs, the ranks on each."""
 
     app: str
     mode: str
@@ -62,10 +64,16 @@ class Point:
     scaling: str
     size: int | None
     repeat: int = 0
+    ranks_per_gpu: int = 1
 
     @property
     def ranks(self) -> int:
-        return 1 if self.kind == "threads" else self.workers
+        return 1 if self.kind == "threads" else self.workers * self.ranks_per_gpu
+
+    @property
+    def shares(self) -> int:
+        """The parts weak scaling gives ``size`` each: the threads, or the ranks."""
+        return self.workers if self.kind == "threads" else self.ranks
 
     @property
     def threads(self) -> int:
@@ -83,7 +91,7 @@ def lulesh_edge(point: Point) -> int:
     if _icbrt(point.ranks) is None:
         raise ValueError(f"LULESH needs a cube number of ranks (1, 8, 27, ...), not {point.ranks}")
     size = 30 if point.size is None else point.size
-    elements = size**3 * (point.workers if point.scaling == "weak" else 1)
+    elements = size**3 * (point.shares if point.scaling == "weak" else 1)
     edge = _icbrt(elements // point.ranks) if elements % point.ranks == 0 else None
     if edge is None:
         raise ValueError(
@@ -102,7 +110,7 @@ def app_arguments(point: Point, iterations: int | None, json_path: str) -> list[
         return args + (["-i", str(iterations)] if iterations is not None else [])
     args = common
     if point.size is not None:
-        args += ["--poses", str(point.size * (point.workers if point.scaling == "weak" else 1))]
+        args += ["--poses", str(point.size * (point.shares if point.scaling == "weak" else 1))]
     elif point.scaling == "weak":
         raise ValueError("miniBUDE weak scaling needs --sizes (poses per worker)")
     return args + (["--iterations", str(iterations)] if iterations is not None else [])
@@ -115,7 +123,7 @@ def command(
     app = [python, "-m", f"apps.{point.app}", *app_arguments(point, iterations, json_path), *extra]
     if point.kind == "threads":
         return app
-    wrapper = ["bash", GPU_WRAPPER] if point.kind == "gpus" else []
+    wrapper = ["bash", GPU_WRAPPER, "--gpus", str(point.workers)] if point.kind == "gpus" else []
     return [*mpiexec, "-n", str(point.ranks), *wrapper, *app]
 
 
@@ -267,10 +275,11 @@ def _record(path: str) -> dict[str, Any] | None:
 def plan(args: argparse.Namespace) -> list[Point]:
     """Every point of the study, in the order they run; ValueError if one cannot be built."""
     sizes: list[int | None] = list(args.sizes) if args.sizes else [None]
+    per_gpu = args.ranks_per_gpu * (len(args.workers) if len(args.ranks_per_gpu) == 1 else 1)
     points = [
-        Point(args.app, mode, args.kind, workers, args.scaling, size, repeat)
+        Point(args.app, mode, args.kind, workers, args.scaling, size, repeat, ranks_per_gpu)
         for size in sizes
-        for workers in args.workers
+        for workers, ranks_per_gpu in zip(args.workers, per_gpu, strict=True)
         for mode in args.modes
         for repeat in range(args.repeat)
     ]
@@ -279,8 +288,14 @@ def plan(args: argparse.Namespace) -> list[Point]:
     return points
 
 
+def _where(point: Point) -> str:
+    """``grad 2 gpus (8 ranks) size 120``."""
+    ranks = f" ({point.ranks} ranks)" if point.ranks_per_gpu > 1 else ""
+    return f"{point.mode} {point.workers} {point.kind}{ranks}" + (f" size {point.size}" if point.size else "")
+
+
 def _summary(point: Point, record: dict[str, Any] | None, error: str | None) -> str:
-    where = f"{point.mode} {point.workers} {point.kind}" + (f" size {point.size}" if point.size else "")
+    where = _where(point)
     if error is not None or record is None:
         return f"{where}: FAILED: {(error or '').splitlines()[0][:200]}"
     text = f"{where}: primal {record['time_primal_s'] * 1e3:.3f} ms"
@@ -353,9 +368,7 @@ def study(args: argparse.Namespace, extra: list[str]) -> int:
                 failures.append((point, error))
     print(f"scale: {len(points) - len(failures)} of {len(points)} points ran; results in {args.out}")
     for point, error in failures:
-        print(
-            f"  FAILED {point.mode} {point.workers} {point.kind} size {point.size}: {error}", file=sys.stderr
-        )
+        print(f"  FAILED {_where(point)}: {error}", file=sys.stderr)
     return 1 if failures else 0
 
 
@@ -383,6 +396,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument(
         "--sizes", type=cli.integer(1), nargs="+", metavar="S", help="miniBUDE poses, LULESH mesh edge"
     )
+    p.add_argument(
+        "--ranks-per-gpu", type=cli.integer(1), nargs="+", default=[1], metavar="K",
+        help="--kind gpus: ranks sharing each GPU, one value or one per --workers entry (default 1)",
+    )  # fmt: skip
     p.add_argument("--scaling", choices=("strong", "weak"), default="strong")
     p.add_argument(
         "--iterations", type=cli.integer(1), help="iterations (LULESH: cycles); default: the app's"
@@ -401,6 +418,10 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     p.add_argument("--timeout", type=float, help="seconds a point may take before it is killed and failed")
     p.add_argument("--dry-run", action="store_true", help="print the command lines and run nothing")
     args = p.parse_args(own)
+    if args.ranks_per_gpu != [1] and args.kind != "gpus":
+        p.error("--ranks-per-gpu: only with --kind gpus")
+    if len(args.ranks_per_gpu) not in (1, len(args.workers)):
+        p.error(f"--ranks-per-gpu: one value, or one per --workers entry ({len(args.workers)})")
     bad = [m for m in args.modes if m not in MODES[args.app]]
     if bad:
         p.error(f"--modes: {args.app} has no mode {bad[0]} (its modes: {', '.join(MODES[args.app])})")

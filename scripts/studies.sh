@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The scaling studies of issue 13, for a 16-core host (CPU studies) and a host with 2 GPUs (GPU studies), run
-# from the checkout with PYTHONPATH=. (no install needed). Each study appends to OUT/<study>.jsonl.
+# The scaling studies of issues 13 and 30, for a 16-core host (CPU studies) and a host with 2 or 8 GPUs (GPU
+# studies), run from the checkout with PYTHONPATH=. (no install needed). Each study appends to OUT/<study>.jsonl.
 #   bash scripts/studies.sh OUT [STUDY ...]      default: every study; `bash scripts/studies.sh -l` lists them
 # Settings (environment): PYTHON (python3), MPIRUN (the MPI launcher, e.g. "srun --mpi=pmix"; default: scale's
 # choice, $PAD_MPIEXEC or the mpiexec beside PYTHON or on PATH, checked against mpi4py's MPI before a study),
@@ -17,11 +17,17 @@ declare -A STUDY=(
   [lulesh-threads]="lulesh --kind threads --workers 1 2 4 8 16 --sizes 60 --iterations 50 --modes primal grad"
   [lulesh-ranks-strong]="lulesh --kind ranks --workers 1 8 --sizes 60 --iterations 50 --modes primal grad"
   [lulesh-ranks-weak]="lulesh --kind ranks --workers 1 8 --sizes 30 --scaling weak --iterations 50 --modes primal grad"
-  # one rank per GPU; LULESH needs a cube number of ranks, so it runs on 1 GPU only
+  # GPUs: miniBUDE one rank per GPU. LULESH needs a cube number of ranks: 1 rank on 1 GPU, 8 ranks sharing 2
+  # GPUs (4 each), 8 ranks on 8 GPUs (a failed point where the host has fewer); strong -s 120 (the whole-run
+  # sensitivity too, 50 cycles with 32 snapshots: about 27 GB on one GPU), weak -s 60 per rank
   [minibude-gpus]="minibude --kind gpus --workers 1 2 --modes primal grad --iterations 5 -- --deck bm1"
-  [lulesh-gpus]="lulesh --kind gpus --workers 1 --sizes 60 --iterations 50 --modes primal grad"
+  [lulesh-gpus-strong]="lulesh --kind gpus --workers 1 2 8 --ranks-per-gpu 1 4 1 --sizes 120 --iterations 50 --modes primal grad sensitivity"
+  [lulesh-gpus-weak]="lulesh --kind gpus --workers 1 2 8 --ranks-per-gpu 1 4 1 --sizes 60 --scaling weak --iterations 50 --modes primal grad"
 )
-ORDER=(minibude-threads minibude-ranks lulesh-threads lulesh-ranks-strong lulesh-ranks-weak minibude-gpus lulesh-gpus)
+ORDER=(
+  minibude-threads minibude-ranks lulesh-threads lulesh-ranks-strong lulesh-ranks-weak
+  minibude-gpus lulesh-gpus-strong lulesh-gpus-weak
+)
 
 if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then
   sed -n '2,/^set /p' "$0" | sed '$d; s/^# \{0,1\}//'

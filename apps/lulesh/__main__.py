@@ -205,11 +205,15 @@ def run(args: Any) -> dict[str, Any]:
     import pad
     import pad.mpi
     from apps.lulesh import mesh
-    from apps.lulesh.hydro import Hydro, default_parameters
+    from apps.lulesh.hydro import Hydro, default_parameters, device_bytes
 
     comm = pad.mpi.COMM_WORLD
     threads = cli.set_threads(args.threads, comm.mpi) if args.device == "cpu" else 1
-    memory = cli.Memory(args.device, comm.mpi)
+    snapshots = min(args.snapshots, args.i)
+    need = cli.DeviceNeed(
+        device_bytes(args.s, args.mode, snapshots), f"LULESH -s {args.s} --mode {args.mode}"
+    )
+    memory = cli.Memory(args.device, comm.mpi, needs=need)
     root = comm.rank == 0
     if root and not args.q:
         print(_banner(args, comm.size, threads), flush=True)
@@ -223,6 +227,7 @@ def run(args: Any) -> dict[str, Any]:
         cli.warm_up(lambda cycles: _timed(hydro, parameters, cycles)[2])
 
     bar = cli.progress(100.0, root and not args.q, f"lulesh -s {args.s}", unit="%")
+    pad.mpi.reset_stats()
     try:
         state, cycles, seconds = _timed(hydro, parameters, args.i, _on_cycle(args, hydro, bar))
     finally:
@@ -230,10 +235,13 @@ def run(args: Any) -> dict[str, Any]:
     record = _record(args, hydro, state, cycles, seconds, threads)
     record["compile_s"] = ahead + _compile_seconds(warm, seconds / max(cycles, 1))
     record["precompile"] = compiled
+    record["mpi"] = {**pad.mpi.transport(), "primal": _mpi_per_cycle(hydro, cycles)}
     if args.mode == "grad":
         record.update(_grad(args, hydro, parameters, record))
     elif args.mode == "sensitivity":
         record.update(_sensitivity(args, hydro, parameters, record))
+    if args.device == "gpu":
+        record["gpu_memory"] = {"estimate_bytes": need.nbytes, "held_bytes": memory.held_bytes()}
     return record if root else {}
 
 
@@ -349,15 +357,18 @@ def _record(args: Any, hydro: Any, state: Any, cycles: int, seconds: float, thre
 
 def _grad(args: Any, hydro: Any, parameters: dict[str, float], primal: dict[str, Any]) -> dict[str, Any]:
     """``--mode grad``: the same run with each leap-frog step differentiated (Enzyme's measurement)."""
+    import pad.mpi
     from apps.lulesh.adjoint import StepGradient, check_step
 
     step = StepGradient(hydro)
     warm = _warm(hydro, lambda: _timed(hydro, parameters, WARM_CYCLES, leapfrog=step))[0]  # the adjoints
     bar = cli.progress(100.0, hydro.rank == 0 and not args.q, f"lulesh -s {args.s} gradient", unit="%")
+    pad.mpi.reset_stats()
     try:
         state, cycles, seconds = _timed(hydro, parameters, args.i, _on_cycle(args, hydro, bar), step)
     finally:
         bar.close()
+    mpi = primal["mpi"] | {"grad": _mpi_per_cycle(hydro, cycles)}
     energy = float(hydro.memory.get(state.e)[0])
     checks = {"gradient_run_equals_primal": _same_run(cycles, energy, primal)}
     if args.check:
@@ -367,6 +378,7 @@ def _grad(args: Any, hydro: Any, parameters: dict[str, float], primal: dict[str,
         "overhead": seconds / primal["elapsed_s"] if primal["elapsed_s"] else None,
         "gradient_norm": _norm(hydro, step.shadows),
         "compile_s": primal["compile_s"] + _compile_seconds(warm, seconds / max(cycles, 1)),
+        "mpi": mpi,
     }
     return _merge_checks(primal, checks, out)
 
@@ -398,6 +410,22 @@ def _step_verdicts(check: dict[str, Any]) -> dict[str, Any]:
     return check | {"parts": parts}
 
 
+def _mpi_per_cycle(hydro: Any, cycles: int) -> dict[str, dict[str, float]]:
+    """pad.mpi's counters since they were reset, per cycle, for each phase that made calls: bytes received,
+    calls and bytes staged between device and host summed over the ranks, the slowest rank's seconds."""
+    import pad.mpi
+
+    mine = pad.mpi.stats()
+    every = hydro.comm.mpi.allgather(mine) if hydro.comm.size > 1 else [mine]
+    per = max(cycles, 1)
+    out = {}
+    for phase in mine:
+        total = {name: sum(counts[phase][name] for counts in every) / per for name in mine[phase]}
+        if total["calls"]:
+            out[phase] = total | {"seconds": max(counts[phase]["seconds"] for counts in every) / per}
+    return out
+
+
 def _state_at(hydro: Any, parameters: dict[str, float], cycle: int) -> Any:
     """The state of a run at ``cycle``, its time increment taken (where ``--check`` differentiates)."""
     state = hydro.initial_state(parameters)
@@ -426,10 +454,13 @@ def _sensitivity(
 ) -> dict[str, Any]:
     """``--mode sensitivity``: the gradient of the whole run's Final Origin Energy."""
     import pad.checkpoint
+    import pad.mpi
     from apps.lulesh.adjoint import check_sensitivity, gather, sensitivity
 
     warm = _warm(hydro, lambda: sensitivity(hydro, WARM_CYCLES, parameters, args.snapshots))[0]
+    pad.mpi.reset_stats()
     result = sensitivity(hydro, args.i, parameters, args.snapshots)
+    mpi = primal["mpi"] | {"sensitivity": _mpi_per_cycle(hydro, result.cycles)}
     coords = gather(hydro, "xv", result.coords)
     checks = {"gradient_run_equals_primal": _same_run(result.cycles, result.energy, primal)}
     if args.check:
@@ -453,6 +484,7 @@ def _sensitivity(
         "peak_state_bytes": stats.peak_bytes,
         "state_bytes": stats.state_bytes,
         "compile_s": primal["compile_s"] + _compile_seconds(warm, result.seconds / max(result.cycles, 1)),
+        "mpi": mpi,
     }
     return _merge_checks(primal, checks, out)
 

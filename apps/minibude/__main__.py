@@ -90,7 +90,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     deck = _load(args)
     threads = cli.set_threads(args.threads, comm) if args.device == "cpu" else 1
     ppwi = args.ppwi or (64 if args.device == "cpu" else 4)
-    dock = Docking(deck, ppwi=ppwi, device=args.device, comm=comm)
+    wrt = args.wrt if args.mode == "grad" else None
+    dock = Docking(deck, ppwi=ppwi, device=args.device, comm=comm, wrt=wrt)
     root = dock.rank == 0
     steps = args.iterations * (2 if args.mode == "grad" else 1)
     bar = cli.progress(steps, root, f"minibude {args.mode}")

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 import pad
-from apps.cli import InputError, Memory, warm_up
+from apps.cli import DeviceNeed, InputError, Memory, warm_up
 from apps.minibude.deck import Deck
 from apps.minibude.kernels import NCOEF, fasten, fasten_x4, pair_coefficients
 
@@ -23,6 +23,25 @@ __all__ = ["TOLERANCE", "WRT", "Docking", "verify"]
 
 WRT = ("protein", "poses", "forcefield")
 TOLERANCE = 2.5e-4  # the reference's validity threshold: 0.025 %
+TAPE_BYTES = 14 * 8 * 16
+"""Adjoint tape bytes per work item on a GPU: 14 float64 values a lane (the fused ``fasten_x4`` adjoint's,
+counted on numba's simulator), at most 16 lanes a work item."""
+
+
+def device_bytes(deck: Deck, nlocal: int, ppwi: int, wrt: str | None) -> int:
+    """Device memory one rank's ``Docking`` of ``nlocal`` poses allocates (estimated from the sizes): the deck
+    (protein atoms with their pair coefficients, ligand, forcefield), its poses and energies, and, for a
+    gradient with respect to ``wrt``, the gradient, the energies' seed and the adjoint's tape."""
+    f4 = 4  # float32 and int32
+    total = f4 * (deck.natpro * (4 + NCOEF * deck.ntypes) + 4 * deck.natlig + 4 * deck.ntypes + 7 * nlocal)
+    if wrt is None:
+        return total
+    shadow = {
+        "protein": 3 * deck.natpro,
+        "poses": 6 * nlocal,
+        "forcefield": 3 * deck.ntypes + NCOEF * deck.ntypes * deck.natpro,
+    }[wrt]
+    return total + f4 * (shadow + nlocal) + -(-nlocal // ppwi) * TAPE_BYTES
 
 
 def _share(n: int, rank: int, size: int) -> tuple[int, int]:
@@ -35,10 +54,13 @@ def _share(n: int, rank: int, size: int) -> tuple[int, int]:
 class Docking:
     """A deck on one device, holding this rank's poses, ready to score and differentiate.
 
-    ``comm`` is an mpi4py communicator or ``None`` for a single process.
+    ``comm`` is an mpi4py communicator or ``None`` for a single process; ``wrt`` the gradient the run will
+    take (``None``: energies only), for the estimate of its device memory.
     """
 
-    def __init__(self, deck: Deck, ppwi: int = 64, device: str = "cpu", comm: Any = None) -> None:
+    def __init__(
+        self, deck: Deck, ppwi: int = 64, device: str = "cpu", comm: Any = None, wrt: str | None = None
+    ) -> None:
         if ppwi < 1:
             raise InputError(f"--ppwi: {ppwi} must be at least 1")
         self.deck, self.ppwi, self.device, self.comm = deck, ppwi, device, comm
@@ -47,7 +69,11 @@ class Docking:
         if self.size > deck.nposes:
             raise InputError(f"mpiexec -n {self.size}: more MPI ranks than poses ({deck.nposes})")
         self.lo, self.hi = _share(deck.nposes, self.rank, self.size)
-        self.memory = Memory(device, comm, simulator=False)  # CuPy arrays on a GPU, one GPU per rank
+        need = DeviceNeed(
+            device_bytes(deck, self.hi - self.lo, ppwi, wrt),
+            f"miniBUDE {self.hi - self.lo} poses" + (f", gradient wrt {wrt}" if wrt else ""),
+        )
+        self.memory = Memory(device, comm, simulator=False, needs=need)  # CuPy arrays; GPUs round-robin
         xp = self.xp = self.memory.module
         # Private copies (xp.array copies): drivers move poses and perturb inputs in place.
         self.protein_xyz = xp.array(np.ascontiguousarray(deck.protein_xyz.T))  # (3, natpro)

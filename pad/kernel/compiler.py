@@ -22,6 +22,7 @@ from pad.kernel.analysis import (
     Activity,
     Definitions,
     activity,
+    check_types,
     definitions,
     infer_types,
     overwritten_arrays,
@@ -64,6 +65,7 @@ from pad.kernel.ir import (
     stored_arrays,
     walk,
 )
+from pad.kernel.races import racing_store
 from pad.kernel.reverse import Reverse, adj, private
 from pad.kernel.tangent import Tangent, tan
 
@@ -98,6 +100,12 @@ class Variant:
     # CPU: every private accumulation is at launch index + c, |c| <= halo: chunks of at least 2 * halo indices
     # run in two waves (even, then odd chunks) and add into the arrays themselves (launcher takes ``_nwaves``)
     halo: int = 0
+    # A plain store two launch indices may make to one element (races.racing_store): the message refusing a
+    # launch of more than one index, or ''
+    race: str = ""
+    # PAD_DEBUG: the checked accesses, (source line, array) per site of ``checks.out_of_range``; else None
+    sites: list[tuple[int, str]] | None = None
+    filename: str = ""
 
 
 def cache_dir() -> Path:
@@ -113,15 +121,19 @@ def build(
     mode: str,
     fastmath: bool,
     target: str = "cpu",
+    checked: bool = False,
 ) -> Variant:
-    """Lower, transform, print, compile (lazily, on first call) one variant of kernel ``fn`` for ``target``."""
+    """Lower, transform, print, compile (lazily, on first call) one variant of kernel ``fn`` for ``target``;
+    ``checked``: every array access bounds-checked (``pad.kernel.checks``)."""
     low = lower_kernel(fn, kinds)
     launch_index, params = low.params[0], low.params[1:]
     low.body, types = infer_types(low.body, low.kinds)
+    check_types(low.body, types, low.kinds, low.filename)
     active_inputs = {p for p, a in zip(params, active, strict=True) if a}
     act = useful(low.body, activity(low.body, types, active_inputs, low.kinds), low.kinds)
     defs = definitions(low.body, launch_index, low.kinds)  # what index ownership may look through
     reduced = reduced_arrays(low.body, launch_index, low.kinds, low.filename, defs)
+    race = racing_store(low.body, launch_index, low.kinds, low.filename, defs, fn.__name__)
     arrays = [k for k, p in enumerate(params) if isinstance(low.kinds[p], ArrayKind)]
     loaded_names, stored_names = loaded_arrays(low.body), stored_arrays(low.body)
     overwrites = overwritten_arrays(low.body, launch_index, low.kinds)
@@ -168,7 +180,7 @@ def build(
     if launcher.accumulators:
         launcher.extras.append("_act")
     launcher.locals = locals_
-    origin = f"{low.filename}:{fn.__name__} ({mode}, {target})"
+    origin = f"{low.filename}:{fn.__name__} ({mode}, {target}{', PAD_DEBUG' if checked else ''})"
     index = {p: k for k, p in enumerate(params)}
     gpu_clears = {index[a]: overwrites[a] for a in rev.cleared} if rev and target == "cuda" else {}
     variant = Variant(
@@ -187,11 +199,15 @@ def build(
         fuses=bool(rev and rev.moved) and not (stored_names & loaded_names) and not reduced,
         halo=halo,
         clears=gpu_clears,
+        race=race,
     )
     launcher.stack = rev.static_depth() if rev is not None else None
+    if checked:
+        variant.sites, variant.filename = [], low.filename
     if target == "cpu":
-        variant.source = MODULE_HEADER.format(origin=origin) + launcher_source(
-            launcher, launch_index, body, types, low.kinds, init, fastmath
+        imports = "checked, digamma, grown" if checked else "digamma, grown"
+        variant.source = MODULE_HEADER.format(origin=origin, imports=imports) + launcher_source(
+            launcher, launch_index, body, types, low.kinds, init, fastmath, variant.sites
         )
     else:
         written = stored_names & set(params)
@@ -208,8 +224,10 @@ def build(
             fastmath,
             varying(body, launch_index, written),
             adjoint=rev is not None,
+            sites=variant.sites,
         )
-        variant.source = CUDA_MODULE_HEADER.format(origin=origin) + source
+        imports = "\n    checked," if checked else ""
+        variant.source = CUDA_MODULE_HEADER.format(origin=origin, imports=imports) + source
         pushes = [s for s in walk(body) if isinstance(s, Push)]
         variant.tape_slots = len(pushes) if launcher.stack is None else launcher.stack
         if rev is not None and pushes and launcher.stack is None and _pushes_in_loops(body):
@@ -366,7 +384,7 @@ def _depth_kernel(
     source, _ = cuda_kernel_source(
         counter, launch_index, body, rev.types, rev.kinds, [], fastmath, set(), share_loops=False
     )
-    return _load(name, CUDA_MODULE_HEADER.format(origin=origin + " stack depth") + source)
+    return _load(name, CUDA_MODULE_HEADER.format(origin=origin + " stack depth", imports="") + source)
 
 
 def _halo(body: list[Stmt], launch_index: str, buffers: list[str]) -> int:
