@@ -330,7 +330,9 @@ class _Store:
         self._purge()
         snap = self._held[n]
         pairs = [
-            (r, snap[k]) for k, ref in list(self._roots.items()) if (r := ref()) is not None and k in snap
+            (self._ctx.writable(r), snap[k])  # arrays under differentiation are read-only to the program
+            for k, ref in list(self._roots.items())
+            if (r := ref()) is not None and k in snap
         ]
         for r, saved in pairs:
             if tuple(r.shape) != tuple(saved.shape):
@@ -614,7 +616,7 @@ class _SegmentRecord:
     def reverse(self) -> None:
         ctx = tape.current()
         assert ctx is not None
-        changed = [(a, k) for a, k in self._inputs if k.copied]
+        changed = [(ctx.writable(a), k) for a, k in self._inputs if k.copied]
         now = [a.copy() for a, _ in changed]  # to leave the primal arrays as the reverse pass found them
         ctx.will_write([a for a, _ in changed])
         for a, k in changed:

@@ -32,6 +32,7 @@ from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
 from pad import tape
+from pad.parallel import graph
 
 __all__ = ["Task", "executor", "spawn", "wait_all"]
 
@@ -237,6 +238,9 @@ def _forget(ctx: tape.Context, task: Task) -> None:
 
 def spawn(fn: Callable[..., Any], *args: Any) -> Task:
     """Run ``fn(*args)`` asynchronously; inside ``autodiff`` its adjoint runs as a task too."""
+    record = graph.recording()
+    if record is not None:
+        record.refuse("it spawns tasks")
     frame = sys._getframe(1)
     task = Task(fn, args, f"{frame.f_code.co_filename}:{frame.f_lineno}")
     ctx = tape.current()

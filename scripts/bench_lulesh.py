@@ -106,19 +106,22 @@ def forces_study(size: int, threads: int, repeat: int = 20) -> dict[str, float]:
     @pad.kernel
     def scatter_forces(i, nodelist, fs, fh, f):
         for k in range(8):
-            n = nodelist[i, k]
-            f[0, n] += fs[0, i, k] + fh[0, i, k]
-            f[1, n] += fs[1, i, k] + fh[1, i, k]
-            f[2, n] += fs[2, i, k] + fh[2, i, k]
+            n = nodelist[k, i]
+            f[0, n] += fs[0, k, i] + fh[0, k, i]
+            f[1, n] += fs[1, k, i] + fh[1, k, i]
+            f[2, n] += fs[2, k, i] + fh[2, k, i]
 
     numba.set_num_threads(threads)
     m = M.build(size, 1, 0, 11, 1, 1)
     rng = np.random.default_rng(0)
-    fs, fh = rng.normal(size=(3, m.nelem, 8)), rng.normal(size=(3, m.nelem, 8))
+    fs, fh = rng.normal(size=(3, 8, m.nelem)), rng.normal(size=(3, 8, m.nelem))
     f = np.zeros((3, m.nnode))
 
     def gather() -> None:
-        pad.launch(K.k_gather_forces, m.nnode, m.corner_start, m.corner_list, fs, fh, f)
+        pad.launch(
+            K.k_gather_forces, m.nnode, m.corner_start, m.corner_list, fs.reshape(3, -1), fh.reshape(3, -1),
+            False, f,
+        )  # fmt: skip
 
     def scatter() -> None:
         f[...] = 0.0

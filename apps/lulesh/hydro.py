@@ -11,8 +11,8 @@ One cycle (the original's ``TimeIncrement`` then ``LagrangeLeapFrog``), in launc
 2. ``k_element_forces`` (stress and hourglass forces per corner) -> ``k_gather_forces`` (per node) ->
    halo sum of the forces -> ``k_advance_nodes`` -> halo copy of positions and velocities
 3. ``k_kinematics`` -> ``k_monoq_gradients`` -> ghost exchange of the velocity gradients -> ``k_monoq``
-   -> ``k_eos`` once per repetition level -> ``k_update_volumes``
-4. ``k_time_constraints`` (per chunk of elements) -> ``k_time_reduce``
+   -> ``k_eos`` -> ``k_update_volumes``
+4. ``k_time_constraints`` (per chunk of elements) -> ``k_min_chunks`` (GPUs: a tree) -> ``k_time_reduce``
 """
 
 from __future__ import annotations
@@ -65,6 +65,35 @@ def default_parameters(nx: int, tp: int) -> dict[str, float]:
     }
 
 
+DEVICE_BYTES = {
+    "primal": (478, 86, 430),
+    "grad": (1226, 580, 746),
+    "sensitivity": (924, 605, 748),
+    "snapshot": (370, 71, 114),
+}
+"""Device bytes of one rank's run per element, per node and once, by mode, and of each state snapshot that a
+whole-run gradient holds: the most device arrays alive at once in one-rank runs on numba's simulator at -s 3,
+4, 5 and 6 (two cycles, three for the snapshots, Python's garbage collector off, so that a cycle's garbage
+counts until the next one), fitted by these three terms to within 10 bytes."""
+
+HALO_BYTES = 384
+"""Device bytes per node of a block's six faces: the halo exchanges' message buffers, in a gradient with
+their shadows and copies (an allowance; a one-rank run has none)."""
+
+
+def device_bytes(nx: int, mode: str, snapshots: int = 0) -> int:
+    """The device memory one rank's run of ``-s nx`` in ``mode`` allocates (estimated before it does), with
+    ``snapshots`` state copies held in ``sensitivity`` mode."""
+    elements, nodes = nx**3, (nx + 1) ** 3
+
+    def bytes_of(what: str) -> int:
+        per_element, per_node, once = DEVICE_BYTES[what]
+        return per_element * elements + per_node * nodes + once
+
+    held = snapshots * bytes_of("snapshot") if mode == "sensitivity" else 0
+    return bytes_of(mode) + held + HALO_BYTES * 6 * (nx + 1) ** 2
+
+
 class Abort(Exception):
     """A physics abort of the original (negative volume, q above qstop), agreed on every rank."""
 
@@ -103,6 +132,18 @@ class State:
         return [getattr(self, f.name) for f in dataclasses.fields(self)]
 
 
+def reduction_rows(nelem: int, device: str) -> list[int]:
+    """Rows of the time step's partial minima, level by level. A CPU thread loops over whole chunks of the
+    elements (256 of them, one level); a GPU reduces in a tree that gives each thread a few elements, then 32
+    rows at a time, as one thread's loop over many rows would leave the GPU idle."""
+    if device == "cpu":
+        return [max(1, min(nelem, 256))]
+    rows = [max(1, -(-nelem // 4))]
+    while rows[-1] > 32:
+        rows.append(-(-rows[-1] // 32))
+    return rows
+
+
 class Hydro:
     """One rank's share of a LULESH run: mesh, scratch arrays, halos, and the kernels' launches."""
 
@@ -118,11 +159,14 @@ class Hydro:
         self.neighbours = put(mesh.neighbours)
         self.symmetry = put(mesh.symmetry)
         self.rep = put(mesh.rep)
-        self.levels = int(mesh.rep.max())
         self.gamma = put(GAMMA)
         # scratch: rewritten every cycle before it is read
-        self.fs = put(np.zeros((3, nelem, 8)))
-        self.fh = put(np.zeros((3, nelem, 8)))
+        # Stress and hourglass forces per corner (see mesh). A GPU sums the two per corner, as LLNL's CUDA
+        # port does (half the bytes); CPUs keep them apart and sum each in the C++ original's order.
+        self.combined = memory.device == "gpu"
+        self.fs = put(np.zeros((3, 8, nelem)))
+        self.fh = put(np.zeros((3, 8, 0 if self.combined else nelem)))
+        self.fs_corners, self.fh_corners = self.fs.reshape(3, -1), self.fh.reshape(3, -1)
         self.determ = put(np.zeros(nelem))
         self.force = put(np.zeros((3, nnode)))
         self.vnew = put(np.zeros(nelem))
@@ -136,16 +180,20 @@ class Hydro:
         self.e_new = put(np.zeros(nelem))
         self.p_new = put(np.zeros(nelem))
         self.q_new = put(np.zeros(nelem))
-        self.chunks = max(1, min(nelem, 256 if memory.device == "cpu" else 4096))
-        self.partial = put(np.zeros((self.chunks, 2)))
+        self.partials = [put(np.zeros((rows, 2))) for rows in reduction_rows(nelem, memory.device)]
         self.gnewdt = put(np.zeros(1))
         self.newdt = put(np.zeros(1))
-        self.fault = put(np.zeros(1, np.int64))
+        self.fault = put(np.zeros(1, np.int64))  # faults so far
+        self.earlier = put(np.zeros(1, np.int64))  # faults before this cycle (kernels.count_fault)
         self.flag = put(np.zeros(nelem, np.int32))
         self.side = (mesh.nx + 1,) * 3
         self.node_halo = pad.mpi.Halo.structured(comm, (mesh.tp,) * 3, self.side)
         links = [(r, put(send), recv, st, rt) for r, send, recv, st, rt in mesh.face_links]
         self.ghost_halo = pad.mpi.Halo(comm, links)
+        # The cycles after the first, each a time increment and a leap-frog step, recorded once and
+        # replayed (on a GPU as CUDA graphs): a cycle's Python would take longer than a small mesh's kernels.
+        self.later_increment = pad.graph(lambda s: self.time_increment(s, first=False))
+        self.replayed_leapfrog = pad.graph(self.leapfrog)
 
     # ----------------------------------------------------------------------------------- state
     def initial_state(self, parameters: dict[str, float] | None = None, coords: Any = None) -> State:
@@ -185,7 +233,10 @@ class Hydro:
         if not first:
             pad.launch(K.k_dt_candidate, 1, s.clock, self.gnewdt)
             self.comm.Allreduce(self.gnewdt, self.newdt, pad.mpi.MIN)
-        pad.launch(K.k_time_increment, 1, first, self.newdt, s.clock, STOPTIME, DTMAX, DT_MULT_LB, DT_MULT_UB)
+        pad.launch(
+            K.k_time_increment, 1, first, self.newdt, s.clock, STOPTIME, DTMAX, DT_MULT_LB, DT_MULT_UB,
+            self.fault, self.earlier,
+        )  # fmt: skip
 
     def leapfrog(self, s: State) -> None:
         """Advance nodes then elements by one time step, and find the next step's constraints."""
@@ -197,11 +248,13 @@ class Hydro:
         m = self.mesh
         pad.launch(
             K.k_element_forces, m.nelem, self.nodelist, self.gamma, s.xv, s.p, s.q, s.volo, s.v, s.ss,
-            s.elem_mass, s.params, self.fs, self.fh, self.determ, self.fault, self.flag,
+            s.elem_mass, s.params, self.combined, self.fs, self.fh, self.determ, self.fault, self.earlier,
+            self.flag,
         )  # fmt: skip
         pad.launch(
-            K.k_gather_forces, m.nnode, self.corner_start, self.corner_list, self.fs, self.fh, self.force
-        )
+            K.k_gather_forces, m.nnode, self.corner_start, self.corner_list, self.fs_corners,
+            self.fh_corners, self.combined, self.force,
+        )  # fmt: skip
         self.node_halo.exchange(self.force.reshape(3, *self.side), "sum")
         pad.launch(K.k_advance_nodes, m.nnode, s.clock, self.force, s.nodal_mass, self.symmetry, s.xv)
         self.node_halo.exchange(s.xv.reshape(6, *self.side), "copy")
@@ -210,7 +263,7 @@ class Hydro:
         m = self.mesh
         pad.launch(
             K.k_kinematics, m.nelem, self.nodelist, s.xv, s.volo, s.v, s.clock, self.vnew, self.delv,
-            self.arealg, self.vdov, self.fault, self.flag,
+            self.arealg, self.vdov, self.fault, self.earlier, self.flag,
         )  # fmt: skip
         pad.launch(
             K.k_monoq_gradients, m.nelem, self.nodelist, s.xv, s.volo, self.vnew, self.delx, self.delv_grad
@@ -218,22 +271,23 @@ class Hydro:
         self.ghost_halo.exchange(self.delv_grad, "copy")
         pad.launch(
             K.k_monoq, m.nelem, self.neighbours, self.delv_grad, self.delx, self.vdov, s.elem_mass, s.volo,
-            self.vnew, s.params, s.q, self.qq, self.ql, self.fault, self.flag,
+            self.vnew, s.params, s.q, self.qq, self.ql, self.fault, self.earlier, self.flag,
         )  # fmt: skip
-        for level in range(self.levels):
-            pad.launch(
-                K.k_eos, m.nelem, level, self.rep, s.v, self.vnew, self.delv, self.qq, self.ql, s.e, s.p, s.q,
-                s.ss, self.e_new, self.p_new, self.q_new, self.fault, self.flag,
-            )  # fmt: skip
+        pad.launch(
+            K.k_eos, m.nelem, self.rep, s.v, self.vnew, self.delv, self.qq, self.ql, s.e, s.p, s.q, s.ss,
+            self.e_new, self.p_new, self.q_new, self.fault, self.earlier, self.flag,
+        )  # fmt: skip
         pad.launch(K.k_update_volumes, m.nelem, self.vnew, s.v)
 
     def time_constraints(self, s: State) -> None:
-        m = self.mesh
+        first, last = self.partials[0], self.partials[-1]
         pad.launch(
-            K.k_time_constraints, self.chunks, self.chunks, m.nelem, s.ss, self.vdov, self.arealg, s.params,
-            self.partial,
+            K.k_time_constraints, len(first), len(first), self.mesh.nelem, s.ss, self.vdov, self.arealg,
+            s.params, first,
         )  # fmt: skip
-        pad.launch(K.k_time_reduce, 1, self.chunks, self.partial, s.clock)
+        for partial, fewer in zip(self.partials[:-1], self.partials[1:], strict=True):
+            pad.launch(K.k_min_chunks, len(fewer), len(fewer), len(partial), partial, fewer)
+        pad.launch(K.k_time_reduce, 1, len(last), last, s.clock)
 
     def cycle(self, t: int, s: State, leapfrog: Any = None) -> None:
         """Cycle ``t + 1``: the time increment, the leap-frog step (or ``leapfrog(s)``, a differentiated
@@ -245,20 +299,46 @@ class Hydro:
     def advance(self, s: State, cycles: int, on_cycle: Any = None, leapfrog: Any = None) -> int:
         """Run cycles until the stop time or ``cycles`` cycles (the original's main loop); returns the count.
 
-        ``on_cycle(cycle, s)`` is called after each cycle. A fault stops the run with ``Abort`` on every rank.
+        ``on_cycle(cycle, time, dt)`` is called after each cycle; ``leapfrog(s)`` replaces the leap-frog
+        step (a differentiated one, say). A fault stops the run with ``Abort`` on every rank.
+
+        The host never waits for a cycle to end. After issuing cycle k it waits only for k's time increment
+        (its first kernels), whose time tells whether cycle k + 1 runs, and issues k + 1 while the device
+        still works on k's leap-frog step. The faults of cycle k - 1 arrive with k's time (``count_fault``
+        keeps its flags), so an abort names the same cycle and element as a check after every cycle would.
         """
-        cycle = 0
-        while float(s.clock[K.TIME]) < STOPTIME and cycle < cycles:
-            self.cycle(cycle, s, leapfrog)
+        time = float(self.memory.get(s.clock)[K.TIME])
+        if cycles <= 0 or not time < STOPTIME:
+            return 0
+        fetch = self.memory.fetch(s.clock[: K.DT + 1], self.earlier)
+        step = leapfrog or self.leapfrog
+        self.time_increment(s, first=True)
+        fetch.start(1)
+        step(s)
+        cycle, last = 1, None
+        while True:
+            (time, dt), (faults,) = fetch.wait(cycle)
+            if faults or self.comm.size > 1:
+                self.check(cycle - 1, int(faults))
+            if on_cycle is not None and last is not None:
+                on_cycle(cycle - 1, *last)
+            last = (time, dt)
+            if not (time < STOPTIME and cycle < cycles):
+                break
+            self.later_increment(s)
+            fetch.start(cycle + 1)
+            (step if leapfrog else self.replayed_leapfrog)(s)
             cycle += 1
-            if on_cycle is not None:
-                on_cycle(cycle, s)
+        self.check(cycle)
+        if on_cycle is not None:
+            on_cycle(cycle, *last)
         return cycle
 
     # ----------------------------------------------------------------------------------- faults
-    def check(self, cycle: int) -> None:
-        """Raise ``Abort`` on every rank if a fault was counted on any rank in this cycle."""
-        local = int(self.fault[0])
+    def check(self, cycle: int, local: int | None = None) -> None:
+        """Raise ``Abort`` on every rank if a fault was counted on any rank in this cycle (``local``: this
+        rank's count of it, if not the count so far, ``fault[0]``)."""
+        local = int(self.fault[0]) if local is None else local
         counted = self.comm.mpi.allreduce(local, op=pad.mpi.MAX) if self.comm.size > 1 else local
         if not counted:
             return

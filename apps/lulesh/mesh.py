@@ -107,13 +107,13 @@ class Mesh:
     plane: int
     row: int
     col: int
-    nodelist: np.ndarray  # (nelem, 8) the element's corners, in the original's order
+    nodelist: np.ndarray  # (8, nelem) the element's corners, in the original's order
     corner_start: (
         np.ndarray
     )  # (nnode + 1,) node n's corners are corner_list[corner_start[n]:corner_start[n+1]]
-    corner_list: np.ndarray  # corners k = 8 * element + local corner, by node, then by element
-    neighbours: np.ndarray  # (nelem, 6) xi-, xi+, eta-, eta+, zeta-, zeta+ pointers into a delv array
-    symmetry: np.ndarray  # (nnode, 3) 1 where the node is on the x, y or z = 0 symmetry plane
+    corner_list: np.ndarray  # corners local corner * nelem + element, by node, then by element
+    neighbours: np.ndarray  # (6, nelem) xi-, xi+, eta-, eta+, zeta-, zeta+ pointers into a delv array
+    symmetry: np.ndarray  # (3, nnode) 1 where the node is on the x, y or z = 0 symmetry plane
     region: np.ndarray  # (nelem,) region number, 1-based
     rep: np.ndarray  # (nelem,) EOS repetitions
     coords: np.ndarray  # (3, nnode) initial x, y, z
@@ -175,15 +175,17 @@ def build(nx: int, size: int, rank: int, nregions: int, balance: int, cost: int)
     ek, ej, ei = (a.ravel() for a in np.meshgrid(np.arange(e), np.arange(e), np.arange(e), indexing="ij"))
     base = (ek * nn + ej) * nn + ei
     offsets = np.array([0, 1, nn + 1, nn, nn * nn, nn * nn + 1, nn * nn + nn + 1, nn * nn + nn])
-    nodelist = (base[:, None] + offsets[None, :]).astype(INDEX)
+    # Arrays of the elements' corners are corner-major, (8, nelem): on a GPU, neighbouring threads
+    # (elements, or nodes gathering the same corner of neighbouring elements) then read neighbouring words.
+    nodelist = (base[None, :] + offsets[:, None]).astype(INDEX)
 
-    corners = nodelist.ravel()
-    order = np.argsort(corners, kind="stable")  # by node, then by corner number (element order)
-    corner_list = order.astype(INDEX)
+    nelem = e**3
+    corners = nodelist.T.ravel()  # element by element
+    order = np.argsort(corners, kind="stable")  # by node, then by element
+    corner_list = ((order % 8) * nelem + order // 8).astype(INDEX)
     corner_start = np.zeros(nn**3 + 1, INDEX)
     np.cumsum(np.bincount(corners, minlength=nn**3), out=corner_start[1:])
 
-    nelem = e**3
     elem = np.arange(nelem)
     face_links = []
     ghost = nelem
@@ -195,7 +197,7 @@ def build(nx: int, size: int, rank: int, nregions: int, balance: int, cost: int)
             ghost += e * e
     zero_slot = ghost
     position = (ek, ej, ei)
-    neighbours = np.empty((nelem, 6), INDEX)
+    neighbours = np.empty((6, nelem), INDEX)
     for d, (axis, sign) in enumerate(((2, -1), (2, 1), (1, -1), (1, 1), (0, -1), (0, 1))):
         face = FACES.index(tuple(sign if a == axis else 0 for a in range(3)))
         stride = e ** (2 - axis)
@@ -208,7 +210,7 @@ def build(nx: int, size: int, rank: int, nregions: int, balance: int, cost: int)
             boundary = elem  # symmetry plane: the element itself
         else:
             boundary = np.full(nelem, zero_slot)  # free surface: the slot that holds zero
-        neighbours[:, d] = np.where(inside, elem + sign * stride, boundary)
+        neighbours[d] = np.where(inside, elem + sign * stride, boundary)
     for face, base_slot in ghost_base.items():
         off = FACES[face]
         axis = next(a for a in range(3) if off[a])
@@ -218,10 +220,10 @@ def build(nx: int, size: int, rank: int, nregions: int, balance: int, cost: int)
         ghosts = slice(base_slot, base_slot + e * e)
         face_links.append((neighbour, send.astype(INDEX), ghosts, face, face ^ 1))
 
-    symmetry = np.zeros((nn**3, 3), np.int8)
-    symmetry[:, 0] = (col == 0) & (i.ravel() == 0)
-    symmetry[:, 1] = (row == 0) & (j.ravel() == 0)
-    symmetry[:, 2] = (plane == 0) & (k.ravel() == 0)
+    symmetry = np.zeros((3, nn**3), np.int8)
+    symmetry[0] = (col == 0) & (i.ravel() == 0)
+    symmetry[1] = (row == 0) & (j.ravel() == 0)
+    symmetry[2] = (plane == 0) & (k.ravel() == 0)
 
     region = region_numbers(nelem, nregions, balance, rank)
     return Mesh(

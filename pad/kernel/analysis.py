@@ -35,7 +35,7 @@ from pad.kernel.ir import (
     names_in,
     walk,
 )
-from pad.kernel.rules import RULES
+from pad.kernel.rules import BITWISE, RULES
 
 FLOATS = ("f4", "f8")
 
@@ -153,6 +153,38 @@ def expr_type(e: Expr, types: dict[str, str], kinds: dict[str, Kind]) -> str | N
     return ty
 
 
+def check_types(body: list[Stmt], types: dict[str, str], kinds: dict[str, Kind], filename: str) -> None:
+    """Refuse, naming the line, what numba would reject with a typing error: float indices and range bounds,
+    bitwise operators on floats."""
+
+    def fail(s: Stmt, what: str, instead: str) -> KernelSyntaxError:
+        return KernelSyntaxError(f"{filename}:{s.line}: {what}; {instead}")
+
+    def integral(e: Expr) -> bool:
+        return expr_type(e, types, kinds) in ("i", "b", None)
+
+    for s in walk(body):
+        for e in exprs_of(s):
+            for x in _subexprs(e):
+                if isinstance(x, Elem) and not all(integral(j) for j in x.index):
+                    raise fail(s, f"an index of {x.array!r} is a float", "convert it with int(...)")
+                if isinstance(x, Call) and x.op in BITWISE and not all(integral(a) for a in x.args):
+                    raise fail(
+                        s, "a bitwise operator (& | ^ << >> ~) is applied to a float", "use it on integers"
+                    )
+        if isinstance(s, Store) and not all(integral(j) for j in s.index):
+            raise fail(s, f"an index of {s.array!r} is a float", "convert it with int(...)")
+        if isinstance(s, For) and not all(integral(b) for b in (s.start, s.stop, s.step)):
+            raise fail(s, "a range() bound is a float", "convert it with int(...)")
+
+
+def _subexprs(e: Expr) -> list[Expr]:
+    out = [e]
+    for a in e.args if isinstance(e, Call) else e.index if isinstance(e, Elem) else ():
+        out += _subexprs(a)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- activity
 @dataclass
 class Activity:
@@ -199,6 +231,39 @@ def activity(
                     act.arrays.add(s.array)
                     changed = True
     return act
+
+
+def useful(body: list[Stmt], act: Activity, kinds: dict[str, Kind]) -> Activity:
+    """``act`` without the values whose derivatives reach no active global array (backward activity).
+
+    A value that is varied but only feeds stores into inactive arrays (scratch a program passes as
+    ``pad.Const``), branch conditions or nothing at all needs no tangent and no adjoint: a loop of such
+    work (LULESH's repeated EOS evaluations) then has none in the derivative kernels either.
+    """
+
+    def local(a: str) -> bool:
+        kind = kinds.get(a)
+        return isinstance(kind, ArrayKind) and kind.local
+
+    scalars: set[str] = set()
+    arrays: set[str] = {a for a in act.arrays if not local(a)}
+    changed = True
+    while changed:
+        changed = False
+        for s in walk(body):
+            sink = (isinstance(s, (Store, Fill)) and s.array in arrays) or (
+                isinstance(s, Assign) and s.target in scalars
+            )
+            if not sink:
+                continue
+            value: Expr = s.value  # type: ignore[attr-defined]
+            found = (set(names_in(value)) & act.scalars) - scalars
+            read = {a for a in arrays_in(value) if a in act.arrays} - arrays
+            if found or read:
+                scalars |= found
+                arrays |= read
+                changed = True
+    return Activity(act.scalars & scalars, arrays)
 
 
 # ---------------------------------------------------------------------------------------------- ownership

@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit, prange
 
 from pad import arrays
-from pad.kernel import Variant
+from pad.kernel import Variant, compiler
 from pad.parallel import plans
 
 SPARE = arrays.Pool(1 << 30)  # zeroed private buffers; a launch may take several of one shape (x, y, z)
@@ -47,7 +47,7 @@ def _zeroed(nchunks: int, base: np.ndarray) -> np.ndarray:
 
 
 _NO_BUFFERS: dict[tuple[str, int], np.ndarray] = {}
-_NO_OUTPUTS = np.zeros(0)
+_NO_OUTPUTS = np.zeros((1, 0))  # a launch without active scalars: their adjoints, none
 
 
 def _no_buffer(base: np.ndarray) -> np.ndarray:
@@ -79,10 +79,11 @@ def run(
     """Run ``variant`` for indices ``range(n)``; returns the adjoints of active scalars (adjoint mode)."""
     threads = numba.get_num_threads()
     nact = len(variant.active_scalars) if variant.mode == "adjoint" else 0
+    bases: list[np.ndarray] = []
+    buffers: list[np.ndarray] = []
+    outputs = _NO_OUTPUTS
     if not (variant.privates or variant.halo or nact):
-        nchunks = max(1, min(threads, n))
-        outputs = np.zeros((nchunks, nact))
-        variant.launcher(n, nchunks, *args, *extras, *([outputs] if nact else []))
+        call = [n, max(1, min(threads, n)), *args, *extras]
     else:
         plan = plans.plan(variant, n, tuple(args))
         bases = [args[p] if kind == "primal" else shadows[p] for kind, p in variant.privates]  # type: ignore[index]
@@ -93,21 +94,14 @@ def run(
             slots = max(1, min(slots, max(threads, PRIVATE_BYTES // copy)))
         buffers = [_zeroed(slots, b) if own else _no_buffer(b) for b, own in zip(bases, private, strict=True)]
         outputs = np.zeros((slots, nact))
-        variant.launcher(
-            n,
-            max(1, min(threads, slots)),
-            slots,
-            plan.order,
-            plan.segs,
-            plan.colours,
-            *args,
-            *extras,
-            *buffers,
-            *([outputs] if nact else []),
-        )
-        for base, buffer, own in zip(bases, buffers, private, strict=True):
-            if own:
-                _reduce(base, buffer)
+        call = [n, max(1, min(threads, slots)), slots, plan.order, plan.segs, plan.colours, *args, *extras]
+        call += [*buffers, *([outputs] if nact else [])]
+    if compiler.note(variant.launcher, call):  # compiled ahead (pad.precompile), not run
+        return outputs.sum(axis=0)
+    variant.launcher(*call)
+    for base, buffer in zip(bases, buffers, strict=True):
+        if buffer.shape[0]:
+            _reduce(base, buffer)
     for p in variant.stored:
         plans.forget(args[p])
-    return outputs.sum(axis=0) if nact else _NO_OUTPUTS
+    return outputs.sum(axis=0)

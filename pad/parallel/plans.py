@@ -37,7 +37,7 @@ import numpy as np
 from numba import njit, prange
 
 from pad import arrays
-from pad.kernel import Variant
+from pad.kernel import Variant, compiler
 from pad.kernel.inspector import MAX_DIMS
 
 __all__ = ["SLOTS", "Plan", "forget", "plan", "prepare", "stats"]
@@ -124,9 +124,11 @@ _LOCK = threading.Lock()  # launches may come from several threads (pad.tasks)
 
 
 def plan(variant: Variant, n: int, args: tuple) -> Plan:
-    """The plan of launching ``variant`` over ``range(n)`` on ``args``: cached, validated, or made now."""
+    """The plan of launching ``variant`` over ``range(n)`` on ``args``: cached, validated, or made now. While
+    launches are noted to compile ahead (``pad.precompile``), not run, the index arrays may hold no indices
+    yet: a plan without inspection stands in (its arrays have the same types)."""
     ins = variant.inspector
-    if ins is None:
+    if ins is None or compiler.noting():
         key = (id(variant), n)
         hit = _STATIC.get(key)
         if hit is None:
@@ -146,7 +148,7 @@ def prepare(variant: Variant, n: int, args: tuple) -> None:
     """Inspect now if no plan for these index arrays is cached: before a primal launch reads them, so that a
     bad entry is reported, not read out of bounds. (A cached plan is validated where it is used.)"""
     ins = variant.inspector
-    if ins is not None:
+    if ins is not None and not compiler.noting():
         plans = _INSPECTED.setdefault(id(variant), {})
         key = (n, *(id(args[p]) for p in ins.reads), *(args[p] for p in ins.scalars))
         if key not in plans:
@@ -156,7 +158,12 @@ def prepare(variant: Variant, n: int, args: tuple) -> None:
 def _remember(variant: Variant, plans: dict[tuple, Plan], key: tuple, n: int, args: tuple) -> Plan:
     ins = variant.inspector
     assert ins is not None
-    made = _inspect(variant, n, args)
+    try:
+        made = _inspect(variant, n, args)
+    except IndexError:
+        if variant.sites is None:
+            raise
+        return _static(variant, n)  # PAD_DEBUG: the kernel's checks report the index, with its source line
     with _LOCK:
         while len(plans) >= KEPT_PLANS:
             del plans[next(iter(plans))]
