@@ -33,9 +33,10 @@ def test_a_ring_of_device_buffers_and_its_adjoint(aware, how):
     out = json.loads(done.stdout)
     assert out["transport"] == {"device_buffers": how, "why": f"PAD_MPI_CUDA_AWARE={aware}"}
     for st in out["stats"]:
-        # 4 float64 each way: staged, every device buffer is copied to the host and back
+        # 4 float64 each way: staged, both device buffers are copied to the host and back, 32 bytes a copy
         staged = {"plain": 128, "forward": 128, "reverse": 128} if how == "staged" else {}
         for phase in ("plain", "forward", "reverse"):
             assert st[phase]["staged_bytes"] == staged.get(phase, 0), (phase, st)
+            assert st[phase]["staged_copies"] == staged.get(phase, 0) // 32, (phase, st)
             assert st[phase]["seconds"] > 0.0
         assert st["forward"]["bytes"] == st["reverse"]["bytes"] == 32
