@@ -217,6 +217,20 @@ def like(template: Any, values: np.ndarray, dtype: Any = None) -> Any:
     return cuda.to_device(out)
 
 
+def host_buffer(like: Any, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialized host array that ``like``'s device copies to and from at full speed: page-locked
+    memory for a GPU's arrays (plain host memory for host arrays and the CUDA simulator's)."""
+    if isinstance(like, np.ndarray):
+        return np.empty(shape, dtype)
+    if is_cupy(like):
+        import cupyx
+
+        return cupyx.empty_pinned(shape, dtype)
+    from numba import cuda
+
+    return cuda.pinned_array(shape, dtype)
+
+
 def _one_copy(dst: Any, values: Any) -> bool:
     """Whether ``dst[...] = values`` is one whole copy between host and device memory."""
     return (
