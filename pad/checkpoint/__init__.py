@@ -26,6 +26,7 @@ the reverse pass. Outside ``autodiff`` all three are plain calls; in ``fwddiff``
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -33,7 +34,7 @@ import numpy as np
 
 from pad import tape
 from pad.checkpoint import resume as _resume
-from pad.checkpoint.engine import BudgetError, Loop, Options, Stats, Sweep
+from pad.checkpoint.engine import MARGIN, BudgetError, Ended, Loop, Options, Outgrown, Stats, Sweep
 from pad.checkpoint.layout import arrays_in, reachable
 from pad.checkpoint.plan import Choice, Dynamic, Sizes, choose, revolve_steps
 from pad.checkpoint.resume import EXIT_STOPPED, Resumable, ResumeError, SaveError, Stopped
@@ -96,14 +97,13 @@ class _Record:
         with lp.running():
             if self._resumed:
                 _resume.restore_shadows(lp, r)
+            done = self._done
             if self._sweep is not None:
                 lp.take_final()
                 self._sweep.run()
-                lp.note(self._sweep.choice.name, lp.stats.nsteps)
-                if lp.store.holds(-1):
-                    lp.store.restore(-1, drop=True)
-            else:
-                lp.reverse_from(self._done)
+                lp.note(self._sweep.choice.name, self._sweep.choice.n)
+                done = self._sweep.offset
+            lp.reverse_from(done)
         lp.close()
         _name(lp)
         if r is not None:
@@ -121,7 +121,9 @@ def _name(lp: Loop) -> None:
     lp.stats.schedule = ("online " if online else "") + main
 
 
-def _start(lp: Loop, more: Callable[[int], bool], nsteps: int | None) -> tuple[Sweep | None, int, bool]:
+def _start(
+    lp: Loop, more: Callable[[int], bool], nsteps: int | None, expected: int | None = None
+) -> tuple[Sweep | None, int, bool]:
     """Run a loop's forward sweep; returns (its schedule if offline, steps not yet reversed, resumed)."""
     opts = lp.opts
     r = opts.resumable
@@ -147,7 +149,7 @@ def _start(lp: Loop, more: Callable[[int], bool], nsteps: int | None) -> tuple[S
         sweep = Sweep(lp, choice, 0, held=False)
         sweep.run()
         lp.stats.schedule = "revolve"
-        return sweep, nsteps, False
+        return sweep, 0, False
     if opts.snapshots is not None:
         lp.take(0, disk=opts.storage == "disk")
         lp.dynamic = Dynamic(opts.snapshots)
@@ -156,20 +158,87 @@ def _start(lp: Loop, more: Callable[[int], bool], nsteps: int | None) -> tuple[S
             lp.protected.add(0)
         return None, lp.forward(more, 0, fresh=True), False
     fresh = lp.start_recording(0)
-    if nsteps is None or opts.memory is None:
+    if opts.memory is None or (nsteps is None and expected is None):
         return None, lp.forward(more, 0, fresh), False
-    lp.forward(lambda t: t < min(nsteps, 1), 0, fresh)  # the probe: step 0, recorded, from a snapshot
-    lp.check_budget()
-    a, b = lp.sizes.snapshot, lp.sizes.record
-    if nsteps * b + a <= opts.memory:
-        return None, lp.forward(more, 1), False
-    choice = choose(nsteps, opts.memory - lp.sizes.final - a, lp.sizes, lp.disk_slots())
-    assert choice is not None  # check_budget leaves room for one snapshot and one step's records
-    lp.recording = False
-    sweep = Sweep(lp, choice, 0, held=False, ran_first=True)
-    sweep.run()
-    lp.stats.schedule = choice.name
-    return sweep, nsteps, False
+    if nsteps is not None:
+        return _probe(lp, more, nsteps, fresh, online=False)
+    assert expected is not None
+    return _probe(lp, more, expected, fresh, online=True)
+
+
+def _probe(
+    lp: Loop, more: Callable[[int], bool], nsteps: int, fresh: bool, online: bool
+) -> tuple[Sweep | None, int, bool]:
+    """A loop of ``nsteps`` steps in a memory budget: record steps from a snapshot of the start while every
+    step's records would fit; once they would not and a step has found no new state array (the sizes are
+    known), run the best offline schedule for the steps left (the recorded ones stay recorded).
+
+    ``online``: ``nsteps`` is what a ``while_loop`` expects; its condition still ends the loop, earlier or
+    later, and the reverse pass walks down from the end (``Loop.reverse_from``), whose gaps between the
+    schedule's snapshots it reverses as the schedule would (or better, in the memory then free).
+    """
+    budget = lp.opts.memory
+    assert budget is not None
+    t, ended = 0, False
+    while t < nsteps and lp.recording and not ended:
+        known = len(lp.store.roots())
+        step = t
+        t = lp.forward(functools.partial(_only, step, more), t, fresh)
+        fresh, ended = False, t == step
+        if not lp.recording:  # the records outgrew the budget: placing snapshots online now
+            break
+        held = lp.held()
+        if ended or t == nsteps or (nsteps - t) * lp.sizes.record + held <= budget:
+            continue
+        if len(lp.store.roots()) == known:
+            choice = _plan_rest(lp, nsteps - t)
+            if choice is None:
+                continue
+            lp.recording = False
+            sweep = Sweep(lp, choice, t, held=False, watch_sizes=True, more=more if online else None)
+            try:
+                sweep.run()
+            except Ended as end:  # the condition ended the loop before the expected count
+                return None, int(end.args[0]), False
+            except Outgrown as grown:  # go on online from here, with the snapshots taken so far
+                t = int(grown.args[0])
+                lp.start_dynamic(t)
+                return None, lp.forward(more, t), False
+            lp.stats.schedule = choice.name
+            if not online or not more(nsteps):
+                lp.stats.nsteps = nsteps
+                return sweep, t, False
+            lp.start_dynamic(nsteps)  # more steps than expected: on online from here
+            return None, lp.forward(more, nsteps), False
+    if ended:
+        return None, t, False
+    return None, lp.forward(more, t), False
+
+
+def _only(step: int, more: Callable[[int], bool], t: int) -> bool:
+    return t == step and more(t)
+
+
+def _plan_rest(lp: Loop, n: int) -> Choice | None:
+    """The schedule for the ``n`` steps after those recorded so far, for sizes ``MARGIN`` larger (a
+    snapshot counted whole: what the first steps left unread says little of the later ones'): either
+    keeping those records, or letting them go (they are recomputed from the start's snapshot at the end),
+    whichever makes fewer step calls. None: keep recording."""
+    assert lp.opts.memory is not None
+    whole = max(lp.sizes.snapshot, lp.store.state_bytes())
+    lp.sizes.snapshot = whole
+    sizes = Sizes(*(int(x * MARGIN) for x in (whole, lp.sizes.record, lp.sizes.final)))
+    held, records, disk = lp.held(), lp.record_memory(), lp.disk_slots()
+    base = lp.opts.memory - sizes.final
+    keep = choose(n, base - held, sizes, disk)
+    drop = choose(n, base - held + records, sizes, disk)
+    recorded = len(lp.records)
+    if keep is not None and keep.name == "keep-all":
+        return None
+    if drop is not None and (keep is None or drop.steps + recorded < keep.steps):
+        lp.records.clear()
+        return drop
+    return keep
 
 
 def _run(
@@ -179,6 +248,7 @@ def _run(
     stats: Stats | None,
     more: Callable[[int], bool],
     nsteps: int | None,
+    expected: int | None = None,
 ) -> int:
     ctx = tape.current()
     assert ctx is not None
@@ -186,8 +256,12 @@ def _run(
     if nsteps is not None:
         lp.stats.nsteps = nsteps
     with lp.running():
-        sweep, done, resumed = _start(lp, more, nsteps)
-    n = lp.stats.nsteps = nsteps if nsteps is not None else (done if not resumed else lp.stats.nsteps)
+        sweep, done, resumed = _start(lp, more, nsteps, expected)
+    if nsteps is not None:
+        lp.stats.nsteps = nsteps
+    elif sweep is None and not resumed:
+        lp.stats.nsteps = done
+    n = lp.stats.nsteps
     if n == 0:
         lp.close()
         if opts.resumable is not None:
@@ -237,11 +311,14 @@ def while_loop(
     directory: str | None = None,
     stats: Stats | None = None,
     resumable: Resumable | None = None,
+    expected_steps: int | None = None,
 ) -> int:
     """``t = 0; while cond(*args): step(t, *args); t += 1`` with an online checkpointing schedule.
 
     ``cond`` is evaluated on primal values only; inside ``autodiff`` it may not read a shadow array. Returns
-    the number of steps taken. Options as for ``loop``.
+    the number of steps taken. Options as for ``loop``; with ``memory``, ``expected_steps`` (a previous run's
+    count, say) lets the forward sweep place its snapshots as the best offline schedule for that count would,
+    whatever count the condition then gives.
     """
     opts = _options(snapshots, memory, storage, directory, resumable)
     ctx = tape.current()
@@ -256,7 +333,8 @@ def while_loop(
         if stats is not None:
             stats.nsteps = stats.steps = t
         return t
-    return _run(step, args, opts, stats, lambda t: bool(cond(*args)), None)
+    expected = None if expected_steps is None else int(expected_steps)
+    return _run(step, args, opts, stats, lambda t: bool(cond(*args)), None, expected)
 
 
 def optimal_recomputations(nsteps: int, snapshots: int) -> int:
@@ -278,7 +356,7 @@ def best_offline(nsteps: int, memory: int | str, stats: Stats) -> tuple[str, int
         return "keep-all", 0
     if nsteps * sizes.record + sizes.snapshot <= budget:
         return "keep-all", 0
-    choice = choose(nsteps, budget - sizes.final - sizes.snapshot, sizes)
+    choice = choose(nsteps, budget - sizes.final, sizes)
     if choice is None:
         raise BudgetError(f"pad.checkpoint: {format_size(budget)} holds no schedule of this loop")
     return choice.name, choice.recomputed

@@ -82,15 +82,19 @@ class _Watched(list):
         super().append(rec)
 
 
-def _pending_bytes(records: list[Any], roots: set[int]) -> int:
-    """Bytes the kept values of ``records`` will copy when the state arrays they alias are overwritten."""
+def _record_bytes(records: list[Any], roots: set[int]) -> int:
+    """Bytes the kept values of a step's ``records`` hold by themselves: their copies, and the copies
+    they will make when the state arrays they alias are overwritten (values an earlier step's records also
+    keep are counted: the step's records alone would hold them)."""
     total, seen = 0, set()
     for rec in records:
         if not isinstance(rec, LaunchRecord):
             continue
         for kept in rec.kept.values():
-            if not kept.copied and id(kept) not in seen and id(_root(kept.array)) in roots:
-                seen.add(id(kept))
+            if id(kept) in seen:
+                continue
+            seen.add(id(kept))
+            if kept.copied or id(_root(kept.array)) in roots:
                 total += int(kept.array.nbytes)
     return total
 
@@ -113,10 +117,12 @@ class Loop:
         self.ctx, self.step, self.args, self.opts, self.stats = ctx, step, args, opts, stats
         self.stats.memory = opts.memory
         self._folder: str | None = None
-        self.store = Store(ctx, folder=self.folder)
+        self.store = Store(ctx, folder=self.folder, spares=opts.memory is None)
         self.layout = Layout(args)
         self.records: dict[int, list[Any]] = {}
-        self.account = tape.Account()
+        # per recorded step: the copies its kept values hold (measured), and at its end, what they held
+        # and would still copy when the state arrays they alias are overwritten (the step's record size)
+        self.accounts: dict[int, tuple[tape.Account, int]] = {}
         self.sizes = Sizes()
         self.protected: set[int] = set()  # snapshots kept to the end (a resumable run's start)
         self.progress = 0  # steps run or reversed in this session
@@ -162,10 +168,10 @@ class Loop:
         self.stats.steps += 1
         store = self.store
         store.begin_step()
-        before = self.account.bytes
         if record:
             recs = _Watched(store.watch)
-            with tape.recording_into(recs), tape.accounting(self.account):
+            account = tape.Account()
+            with tape.recording_into(recs), tape.accounting(account):
                 self.step(t, *self.args)
             self.records[t] = recs
         else:
@@ -173,12 +179,9 @@ class Loop:
                 self.step(t, *self.args)
         self.layout.check(t)
         store.end_step()
-        if fresh:
-            self.sizes.snapshot = max(self.sizes.snapshot, store.largest)
         if record:
             roots = {id(r) for r in store.roots()}
-            grown = self.account.bytes - before + _pending_bytes(self.records[t], roots)
-            self.sizes.record = max(self.sizes.record, grown)
+            self.accounts[t] = (account, _record_bytes(recs, roots))
         self.progress += 1
         self.track()
 
@@ -195,16 +198,32 @@ class Loop:
         if n not in self.protected and self.store.holds(n):
             self.store.drop(n)
 
+    def record_memory(self) -> int:
+        """Bytes the copies kept by the recorded steps' values hold now (measured); updates the size of a
+        step's records (the largest of what one holds and what it was bound to hold)."""
+        total = 0
+        for t, (account, bound) in list(self.accounts.items()):
+            total += account.bytes
+            self.sizes.record = max(self.sizes.record, account.bytes, bound if t in self.records else 0)
+            if account.bytes <= 0 and t not in self.records:
+                del self.accounts[t]
+        return total
+
+    def held(self) -> int:
+        """Bytes held now: snapshots in memory, the final state's copy, spare buffers, kept records."""
+        return self.store.memory_bytes() + self.record_memory()
+
     def track(self) -> None:
         """Measure: bytes held now (snapshots in memory, the final copy, kept records), their peak."""
         s, store = self.stats, self.store
-        held = store.memory_bytes() + max(self.account.bytes, 0)
+        held = self.held()
         s.peak_memory = max(s.peak_memory, held)
         s.peak_bytes = max(s.peak_bytes, store.snapshot_bytes())
         s.peak_disk_bytes = max(s.peak_disk_bytes, store.disk_bytes())
         s.snapshots_peak = max(s.snapshots_peak, len(store.positions()))
         s.state_bytes = max(s.state_bytes, store.state_bytes())
         self.sizes.final = max(self.sizes.final, s.state_bytes)
+        self.sizes.snapshot = max(self.sizes.snapshot, store.largest_snapshot())
         s.snapshot_bytes, s.record_bytes = self.sizes.snapshot, self.sizes.record
 
     def note(self, schedule: str, steps: int) -> None:
@@ -225,14 +244,14 @@ class Loop:
 
     def free(self, start: int | None = None) -> int:
         """Memory left for a schedule: the budget less what is held, the snapshot at ``start`` not counted
-        (the schedule uses it), less a spare snapshot buffer and the final state's copy if not yet taken."""
+        (the schedule uses it), less the final state's copy if not yet taken."""
         assert self.opts.memory is not None
         store = self.store
-        held = store.memory_bytes() + max(self.account.bytes, 0)
+        held = self.held()
         if start is not None and store.holds(start) and start not in store.on_disk:
             held -= sum(s.nbytes for s in store.held[start].values())
         final = 0 if store.holds(-1) else self.sizes.final
-        return self.opts.memory - held - final - self.sizes.snapshot
+        return self.opts.memory - held - final
 
     def disk_slots(self) -> int:
         """Snapshots the disk may hold for a two-level schedule: with a folder for them (``directory``, or a
@@ -244,12 +263,18 @@ class Loop:
             return int(shutil.disk_usage(base).free // 2 // self.sizes.snapshot)
         return 0
 
+    def slots(self) -> int | None:
+        """Snapshots a memory budget holds now, those held included (None: no budget)."""
+        if self.opts.memory is None:
+            return None
+        held = sum(sum(v.nbytes for v in snap.values()) for n, snap in self.store.held.items() if n >= 0)
+        return max(1, (self.free() + held - self.sizes.record) // max(self.sizes.snapshot, 1))
+
     def record_fits(self) -> bool:
         """Whether the next step's records still fit the budget (beside what is held)."""
         if self.opts.memory is None:
             return True
-        held = self.store.memory_bytes() + max(self.account.bytes, 0)
-        return held + self.sizes.record <= self.opts.memory
+        return self.held() + self.sizes.record <= self.opts.memory
 
     # -- stopping and saving ---------------------------------------------------------------------------
     def stop_forward(self, t: int) -> None:
@@ -288,8 +313,11 @@ class Loop:
             self.check_budget()
             slots = max(1, self.free() // max(self.sizes.snapshot, 1) + len(self.store.positions()))
         dyn = self.dynamic = Dynamic(slots)
-        for p in self.store.positions():
-            dyn.start(p)
+        for k, p in enumerate(self.store.positions()):
+            if k == 0 or p in self.protected:
+                dyn.start(p)
+            else:
+                dyn.levels[p] = 0
 
     def forward(self, more: Callable[[int], bool], t: int, fresh: bool = False) -> int:
         """Run steps from ``t`` while ``more(t)``, recording or placing snapshots; returns the step count.
@@ -305,7 +333,7 @@ class Loop:
                     self.check_budget()
             else:
                 assert self.dynamic is not None
-                drops, take = self.dynamic.place(t)
+                drops, take = self.dynamic.place(t, self.slots())
                 for d in drops:
                     self.drop(d)
                 if take:
@@ -355,16 +383,39 @@ class Loop:
         return choice if choice is not None else Choice("revolve", n, 0, 1)
 
 
+MARGIN = 1.05
+"""Schedules chosen while sizes are still being measured are chosen for sizes this much larger; a memory
+budget's offline schedule is given up (``Outgrown``) if they grow past that."""
+
+
+class Ended(Exception):
+    """The loop's condition ended it before the schedule's step count (``while_loop``'s expected steps)."""
+
+
+class Outgrown(Exception):
+    """The sizes a schedule was chosen for have grown (a state array appeared late): it would overrun the
+    memory budget."""
+
+
 class Sweep:
     """A loop's steps ``offset .. offset+n-1`` run through a ``checkpoint_schedules`` schedule.
 
-    ``held``: the state at ``offset`` is a snapshot already. ``ran_first``: step ``offset`` has just run,
-    recorded, from a snapshot taken before it (a probe of the sizes): the schedule's first action uses both
-    if it wants them.
+    ``held``: the state at ``offset`` is a snapshot already. ``watch_sizes``: raise ``Outgrown`` in the
+    forward sweep once the snapshots or records grow past the sizes the schedule was chosen for. ``more``:
+    the loop's condition, asked before each step of the forward sweep (``Ended`` when it says no).
     """
 
-    def __init__(self, lp: Loop, choice: Choice, offset: int, held: bool, ran_first: bool = False) -> None:
-        self._lp, self._offset, self._held, self._ran = lp, offset, held, ran_first
+    def __init__(
+        self,
+        lp: Loop,
+        choice: Choice,
+        offset: int,
+        held: bool,
+        watch_sizes: bool = False,
+        more: Callable[[int], bool] | None = None,
+    ) -> None:
+        self._lp, self._offset, self._held, self._watch_sizes = lp, offset, held, watch_sizes
+        self._more = more
         self.choice = choice
         if choice.name == "keep-all":  # every step's records kept: Mixed with a unit for each
             sched: CheckpointSchedule = Choice("mixed", choice.n, choice.n, max(choice.n - 1, 0)).schedule()
@@ -372,6 +423,11 @@ class Sweep:
             sched = choice.schedule()
         self._actions = iter(sched)
         self._forward_done = False
+        self._sizes = (lp.sizes.snapshot * MARGIN, lp.sizes.record * MARGIN)
+
+    @property
+    def offset(self) -> int:
+        return self._offset
 
     def run_all(self) -> None:
         self.run()
@@ -384,11 +440,11 @@ class Sweep:
             if isinstance(action, Forward):
                 self._forward(action)
             elif isinstance(action, Reverse):
-                for t in reversed(range(action.n0, action.n1)):
+                for t in reversed(range(int(action.n0), int(action.n1))):
                     lp.reverse_step(off + t)
                     lp.stop_reverse(off + t)
             elif isinstance(action, (Copy, Move)):
-                n = off + action.n
+                n = off + int(action.n)
                 if lp.store.holds(n) and n >= 0:
                     lp.store.restore(n, drop=False)
                     if isinstance(action, Move):
@@ -403,20 +459,18 @@ class Sweep:
 
     def _forward(self, action: Forward) -> None:
         lp, off = self._lp, self._offset
-        n0, n1 = action.n0, action.n1
+        n0, n1 = int(action.n0), int(action.n1)
         disk = action.storage == StorageType.DISK
         took = False
-        if action.write_ics and not (self._held and n0 == 0) and not (self._ran and n0 == 0):
+        if action.write_ics and not (self._held and n0 == 0):
             lp.take(off + n0, disk=disk)
             took = True
         for t in range(n0, n1):
-            if self._ran and t == 0:  # the probe ran step 0 recorded, from a snapshot at 0
-                self._ran = False
-                if not action.write_ics:
-                    lp.drop(off)
-                if not (action.write_adj_deps and n1 == 1):
-                    lp.records.pop(off, None)
-                continue
             if not self._forward_done:
+                if self._more is not None and not self._more(off + t):
+                    raise Ended(off + t)
                 lp.stop_forward(off + t)
+                grown = lp.sizes.snapshot > self._sizes[0] or lp.sizes.record > self._sizes[1]
+                if self._watch_sizes and grown:
+                    raise Outgrown(off + t)
             lp.advance(off + t, record=action.write_adj_deps, fresh=took and t == n0)

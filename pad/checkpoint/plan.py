@@ -141,25 +141,42 @@ class Dynamic:
         """A snapshot at ``t`` that stays (the loop's start, or where a resumed run continues)."""
         self.levels[t] = INFINITE
 
-    def place(self, t: int) -> tuple[list[int], bool]:
-        """Before step ``t``: the snapshots to drop, and whether to take one at ``t``."""
+    def _dispensable(self) -> int | None:
+        """The latest snapshot whose level is below that of a later one."""
+        later = -1
+        for k in sorted(self.levels, reverse=True):
+            if self.levels[k] < later:
+                return k
+            later = max(later, self.levels[k])
+        return None
+
+    def place(self, t: int, slots: int | None = None) -> tuple[list[int], bool]:
+        """Before step ``t``: the snapshots to drop, and whether to take one at ``t``. ``slots``: a new
+        number of slots (a memory budget's, as the snapshots' sizes become known)."""
+        drops: list[int] = []
+        if slots is not None:
+            self.slots = max(1, slots)
+            while len(self.levels) > self.slots:
+                victim = self._dispensable()
+                if victim is None:
+                    victim = max((k for k, v in self.levels.items() if v < INFINITE), default=None)
+                if victim is None:
+                    break
+                del self.levels[victim]
+                drops.append(victim)
         if t in self.levels:
-            return [], False
+            return drops, False
         if len(self.levels) < self.slots:
             self.levels[t] = 0
-            return [], True
-        later, dispensable = -1, None
-        for k in sorted(self.levels, reverse=True):
-            if self.levels[k] < later and dispensable is None:
-                dispensable = k
-            later = max(later, self.levels[k])
+            return drops, True
+        dispensable = self._dispensable()
         if dispensable is not None:
             del self.levels[dispensable]
             self.levels[t] = 0
-            return [dispensable], True
+            return [*drops, dispensable], True
         newest = max(self.levels)
         if self.levels[newest] >= INFINITE:
-            return [], False  # a single slot: only the start is kept
+            return drops, False  # a single slot: only the start is kept
         level = self.levels.pop(newest)
         self.levels[t] = level + 1
-        return [newest], True
+        return [*drops, newest], True

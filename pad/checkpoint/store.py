@@ -100,7 +100,8 @@ class Copier:
     kernels release the GIL), CuPy arrays on a second stream after an event of the compute stream; other
     device arrays (numba's) are copied at once."""
 
-    def __init__(self) -> None:
+    def __init__(self, spares: bool = True) -> None:
+        self._keep_spares = spares
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._stream: Any = None
         self._spare: dict[tuple, list[Any]] = {}  # host buffers of dropped snapshots, reused
@@ -142,7 +143,7 @@ class Copier:
 
     def recycle(self, buffer: Any) -> None:
         """Keep a dropped snapshot's host buffer (one per shape) for the next copy of that shape."""
-        if isinstance(buffer, np.ndarray) and buffer.base is None:
+        if self._keep_spares and isinstance(buffer, np.ndarray) and buffer.base is None:
             with self._lock:
                 kept = self._spare.setdefault((buffer.shape, buffer.dtype.str), [])
                 if not kept:
@@ -193,19 +194,23 @@ class Saved:
 class Store:
     """The snapshots of one loop: the state arrays found so far and, per step, a copy of each.
 
-    Snapshots live in memory or (``disk``) in files under ``folder``. ``Store.take`` starts the copies;
+    Snapshots live in memory or (``disk``) in files under ``folder``. ``spares``: keep the buffers of
+    dropped snapshots for the next ones (not under a memory budget, which they would eat into).
+    ``Store.take`` starts the copies;
     ``begin_step``/``end_step`` bracket the step run after it, during which the write observer (``capture``)
     settles what the snapshot leaves out.
     """
 
-    def __init__(self, ctx: tape.Context, folder: Callable[[], str] | None = None) -> None:
+    def __init__(
+        self, ctx: tape.Context, folder: Callable[[], str] | None = None, spares: bool = True
+    ) -> None:
         self._ctx = ctx
         self._folder = folder  # gives the folder for snapshots on disk (made on first use)
         self._roots: dict[int, weakref.ref] = {}
         self.held: dict[int, dict[int, Saved]] = {}
         self.on_disk: set[int] = set()
         self._dead: list[int] = []  # roots that died since the last purge
-        self._copier = Copier()
+        self._copier = Copier(spares)
         self._files = 0
         self._inflight: dict[int, list[_Copy]] = {}  # root -> copies still reading it
         self._predicted: dict[int, Hole | None] = {}  # root -> the range its last first touch left unread
@@ -218,7 +223,6 @@ class Store:
         self._blind = False
         self._thread = threading.get_ident()
         self._lock = threading.RLock()
-        self.largest = 0  # bytes of the largest snapshot, once settled
 
     # -- roots ---------------------------------------------------------------------------------------
     def _forget(self, key: int) -> Callable[[Any], None]:
@@ -328,7 +332,6 @@ class Store:
                         self._predicted[k] = None
                 for k, hole in self._trims.items():
                     self._trim(n, k, hole)
-                self.largest = max(self.largest, sum(s.nbytes for s in self.held[n].values()))
             self._unsettled.clear()
             self._trims.clear()
 
@@ -507,6 +510,9 @@ class Store:
         self.restore(final, drop=True)
 
     # -- accounting ----------------------------------------------------------------------------------
+    def spare_bytes(self) -> int:
+        return self._copier.spare_bytes()
+
     def memory_bytes(self) -> int:
         """Bytes the snapshots (the final state's copy included) hold in memory, and spare buffers."""
         with self._lock:
@@ -523,6 +529,18 @@ class Store:
         with self._lock:
             unique = {id(s): s.nbytes for n, snap in self.held.items() if n >= 0 for s in snap.values()}
         return sum(unique.values())
+
+    def largest_snapshot(self) -> int:
+        """Bytes of the largest snapshot of a step held now, or of one taken now (what the state arrays
+        known so far less what their first touches left unread last time), if larger."""
+        with self._lock:
+            sizes = [sum(s.nbytes for s in snap.values()) for n, snap in self.held.items() if n >= 0]
+            now = 0
+            for k, ref in list(self._roots.items()):
+                r, hole = ref(), self._predicted.get(k)
+                if r is not None:
+                    now += r.nbytes - (0 if hole is None else (hole[1] - hole[0]) * r.itemsize)
+        return max([*sizes, now])
 
     def disk_bytes(self) -> int:
         with self._lock:
