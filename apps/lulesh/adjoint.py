@@ -301,7 +301,7 @@ def sensitivity(
     if hydro.rank == 0:
         de[0:1] = mem.put(np.ones(1))
     stats = pad.checkpoint.Stats()
-    taken = [0]
+    taken, count = [0], [0]  # cycles run so far (recomputations too), and the loop's count
 
     def more(st: State) -> bool:
         return float(st.clock[K.TIME]) < STOPTIME and taken[0] < cycles
@@ -312,7 +312,7 @@ def sensitivity(
 
     def run(*_: Any) -> None:
         hydro.setup(s)
-        taken[0] = pad.checkpoint.while_loop(
+        count[0] = pad.checkpoint.while_loop(
             more, cycle, s, snapshots=snapshots, memory=memory, stats=stats, resumable=resumable,
             expected_steps=expected_cycles,
         )  # fmt: skip
@@ -325,7 +325,7 @@ def sensitivity(
     totals = hydro.comm.mpi.allreduce(mem.get(dparams)) if hydro.comm.size > 1 else mem.get(dparams)
     return Sensitivity(
         energy=origin_energy(hydro, s),
-        cycles=taken[0],
+        cycles=count[0],
         parameters={name: float(totals[k]) for k, name in enumerate(PARAMETERS)},
         coords=mem.get(dxv)[:3].copy(),
         stats=stats,

@@ -233,7 +233,7 @@ class Loop:
     def check_budget(self) -> None:
         """Refuse a budget that cannot hold one snapshot, one step's records and the final state's copy."""
         budget = self.opts.memory
-        need = self.sizes.minimum + self.sizes.snapshot * len(self.protected)
+        need = self.sizes.minimum
         if budget is not None and budget < need:
             raise BudgetError(
                 f"pad.checkpoint: memory={format_size(budget)} is too small for this loop: it needs at "
@@ -296,7 +296,7 @@ class Loop:
         """Record every step from ``t`` on, keeping a snapshot at ``t`` if a fallback or a resumed run may
         need it (a resumable run keeps it to the end); whether a snapshot was taken."""
         self.recording = True
-        if self.opts.resumable is not None:
+        if self.opts.resumable is not None and t == 0:
             self.protected.add(t)
         if (self.opts.memory is not None or self.opts.resumable is not None) and not self.store.holds(t):
             self.take(t)
@@ -358,7 +358,7 @@ class Loop:
             start = max(p for p in self.store.positions() if p <= t)
             self.store.restore(start, drop=False)
             choice = self.plan(start, t + 1 - start)
-            Sweep(self, choice, start, held=True).run_all()
+            Sweep(self, choice, start, held=True, in_reverse=True).run_all()
             self.note(choice.name, t + 1 - start)
             self.drop(start)
             t = start - 1
@@ -403,6 +403,8 @@ class Sweep:
     ``held``: the state at ``offset`` is a snapshot already. ``watch_sizes``: raise ``Outgrown`` in the
     forward sweep once the snapshots or records grow past the sizes the schedule was chosen for. ``more``:
     the loop's condition, asked before each step of the forward sweep (``Ended`` when it says no).
+    ``in_reverse``: a gap reversed in the loop's reverse pass (its forward part is no forward sweep: no stop
+    is saved there).
     """
 
     def __init__(
@@ -413,9 +415,11 @@ class Sweep:
         held: bool,
         watch_sizes: bool = False,
         more: Callable[[int], bool] | None = None,
+        in_reverse: bool = False,
     ) -> None:
         self._lp, self._offset, self._held, self._watch_sizes = lp, offset, held, watch_sizes
         self._more = more
+        self._in_reverse = in_reverse
         self.choice = choice
         if choice.name == "keep-all":  # every step's records kept: Mixed with a unit for each
             sched: CheckpointSchedule = Choice("mixed", choice.n, choice.n, max(choice.n - 1, 0)).schedule()
@@ -466,7 +470,7 @@ class Sweep:
             lp.take(off + n0, disk=disk)
             took = True
         for t in range(n0, n1):
-            if not self._forward_done:
+            if not self._forward_done and not self._in_reverse:
                 if self._more is not None and not self._more(off + t):
                     raise Ended(off + t)
                 lp.stop_forward(off + t)

@@ -13,7 +13,7 @@ BREADTH = 1000
 
 def arrays_in(obj: Any, path: str, depth: int = 0) -> Iterator[tuple[str, Any]]:
     """The arrays in ``obj`` (nested lists, tuples, dicts and plain objects: 3 levels, 1000 items each)."""
-    if hasattr(obj, "shape") and hasattr(obj, "dtype"):
+    if hasattr(obj, "dtype") and isinstance(getattr(obj, "shape", None), tuple) and not callable(obj):
         yield path, obj
     elif depth >= 3 or isinstance(obj, (str, bytes, type, types.ModuleType)) or callable(obj):
         return

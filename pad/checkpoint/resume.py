@@ -149,7 +149,7 @@ class Resumable:
         local = 0
         if self.requested is not None:
             local = 2
-        elif self.deadline is not None and progress > 0 and type(self).clock() >= self.deadline:
+        elif self.deadline is not None and progress > 0 and self.clock() >= self.deadline:
             local = 1
         if self.comm is not None and self.size > 1:
             from mpi4py import MPI
@@ -191,7 +191,7 @@ class Resumable:
             state[names.of(r, "the loop state")] = names.file(files, value, key=id(saved or r))
         shadows = []
         for serial, a, shadow in lp.ctx.registered():
-            path = names.paths.get(id(a))
+            path = names.any_path.get(id(a))
             if path is not None:
                 shadows.append({"path": path, "file": names.file(files, shadow)})
             elif serial < lp.serial:
@@ -335,7 +335,10 @@ class Resumable:
             with open(os.path.join(folder, "manifest.json")) as fh:
                 manifest = json.load(fh)
             for name, crc in manifest["checksums"].items():
-                a = np.load(os.path.join(folder, name), allow_pickle=False)
+                try:
+                    a = np.load(os.path.join(folder, name), allow_pickle=False)
+                except (OSError, ValueError, EOFError) as exc:
+                    raise ValueError(f"{name}: {exc}") from None
                 if _crc(a) != crc:
                     raise ValueError(f"{name} does not match its checksum")
         except (OSError, ValueError, KeyError, TypeError, EOFError) as exc:
@@ -349,18 +352,29 @@ class Resumable:
 
 
 class _Names:
-    """Paths of the arrays a loop reaches (its arguments', its step's), and the files of a save."""
+    """Paths of the arrays a loop reaches (its arguments', its step's), and the files of a save.
+
+    A state array is a root (the owner of its memory); it is named by the path of an array reached that
+    covers all of it (itself, or a view of the whole, as ``np.linspace`` returns), and written through it.
+    """
 
     def __init__(self, lp: Any) -> None:
         found = [*arrays_in(lp.args, "args"), *reachable(lp.step, "step")]
-        self.entries = [(p, a) for p, a in found if _root(a) is a]
-        self.paths: dict[int, str] = {}
-        for p, a in self.entries:
-            self.paths.setdefault(id(a), p)
+        self.by_path: dict[str, Any] = {}
+        self.paths: dict[int, str] = {}  # id(root) -> path of an array covering it
+        self.any_path: dict[int, str] = {}  # id(array) -> its path
+        self.arrays: dict[str, Any] = {}  # path -> array
+        for p, a in found:
+            self.any_path.setdefault(id(a), p)
+            self.arrays.setdefault(p, a)
+            r = _root(a)
+            if r is a or (a.nbytes == r.nbytes and arrays.c_contiguous(a)):
+                self.by_path.setdefault(p, a)
+                self.paths.setdefault(id(r), p)
         self._files: dict[int, str] = {}
 
     def layout(self) -> list[list[Any]]:
-        return [[p, list(a.shape), str(a.dtype)] for p, a in self.entries]
+        return [[p, list(a.shape), str(a.dtype)] for p, a in self.by_path.items()]
 
     def of(self, r: Any, what: str) -> str:
         path = self.paths.get(id(r))
@@ -416,16 +430,17 @@ def restore(lp: Any, r: Resumable) -> dict[str, Any]:
                 differences.append(f"{p}: {saved.get(p)} saved, {now.get(p)} now")
     if differences:
         raise ResumeError(f"{r.directory} holds a run of another loop: " + "; ".join(differences[:8]))
-    by_path = {p: a for p, a in names.entries}
+    by_path = names.by_path
     for path, name in m["state"].items():
-        arrays.assign(by_path[path], r.array(name))
+        a = by_path[path]
+        arrays.assign(a, r.array(name).reshape(a.shape))
     store = lp.store
     for path in m["state"]:
-        store.adopt(by_path[path])
+        store.adopt(_root(by_path[path]))
     for n, snap in m["snapshots"].items():
         for path, entry in snap["arrays"].items():
             hole = None if entry["hole"] is None else tuple(entry["hole"])
-            store.put(int(n), by_path[path], r.array(entry["file"]), hole)
+            store.put(int(n), _root(by_path[path]), r.array(entry["file"]), hole)
     for key, value in m["stats"].items():
         if key not in ("memory", "schedule"):
             setattr(lp.stats, key, value)
@@ -443,7 +458,7 @@ def restore_shadows(lp: Any, r: Resumable) -> None:
     assert m is not None
     ctx = lp.ctx
     names = _Names(lp)
-    by_path = {p: a for p, a in names.entries}
+    by_path = names.arrays
     by_serial = {serial: a for serial, a, _ in ctx.registered()}
     for entry in m["shadows"]:
         a = by_path.get(entry["path"]) if "path" in entry else by_serial.get(entry["serial"])
