@@ -40,7 +40,6 @@ MEMORY_SHARE = 0.5
 """Without ``--memory`` or ``--snapshots``, the whole-run gradient may hold this share of the memory free when
 it starts (the node's, split among its ranks; a GPU's own)."""
 EXIT_SAVE_FAILED = 74  # EX_IOERR: a stopped run could not be saved
-START = time.monotonic()
 SYMMETRY_TOLERANCE = 1e-8
 
 
@@ -77,7 +76,7 @@ def parse_args(argv: list[str] | None) -> Any:
         help="sensitivity: state copies kept by the checkpointed loop (instead of --memory)",
     )  # fmt: skip
     p.add_argument(
-        "--memory", type=_size, metavar="SIZE",
+        "--memory", type=_memory_size, metavar="SIZE",
         help="sensitivity: memory per rank for the checkpointed loop (512MB, 4GB; every cycle kept when the "
         f"run fits; default: {MEMORY_SHARE:.0%} of the free memory)",
     )  # fmt: skip
@@ -127,7 +126,7 @@ def parse_args(argv: list[str] | None) -> Any:
     return args
 
 
-def _size(text: str) -> int:
+def _memory_size(text: str) -> int:
     """``--memory SIZE``: bytes of ``512MB``, ``4GB``, ``2GiB`` ..."""
     from pad.checkpoint import parse_size
 
@@ -268,7 +267,7 @@ def _resumable(args: Any, comm: Any, threads: int) -> Any:
         "device": args.device,
         "threads": threads,
     }
-    limit = None if args.time_limit is None else args.time_limit - (time.monotonic() - START)
+    limit = None if args.time_limit is None else args.time_limit - (time.monotonic() - args.started)
     made, error = None, None
     try:
         made = Resumable(
@@ -432,7 +431,7 @@ def _sensitivity(
     if args.plot:
         _plot(args.plot, coords, args.s * hydro.mesh.tp)
     stats = result.stats
-    if args.snapshots is not None:
+    if budget is None:
         best = ("revolve", pad.checkpoint.optimal_recomputations(stats.nsteps, args.snapshots))
     else:
         best = pad.checkpoint.best_offline(stats.nsteps, budget, stats)
@@ -544,8 +543,10 @@ def main(argv: list[str] | None = None) -> int:
     from pad.checkpoint import SaveError, Stopped
 
     rank = _rank()
+    started = time.monotonic()  # --time-limit counts from here
     try:
         args = parse_args(argv)
+        args.started = started
         decompose(_size(), rank)
         result = run(args)
     except InputError as exc:

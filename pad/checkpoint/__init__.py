@@ -34,7 +34,7 @@ import numpy as np
 
 from pad import tape
 from pad.checkpoint import resume as _resume
-from pad.checkpoint.engine import MARGIN, BudgetError, Ended, Loop, Options, Outgrown, Stats, Sweep
+from pad.checkpoint.engine import BudgetError, Ended, Loop, Options, Outgrown, Stats, Sweep
 from pad.checkpoint.layout import arrays_in, reachable
 from pad.checkpoint.plan import Choice, Dynamic, Sizes, choose, revolve_steps
 from pad.checkpoint.resume import EXIT_STOPPED, Resumable, ResumeError, SaveError, Stopped
@@ -170,8 +170,8 @@ def _probe(
     lp: Loop, more: Callable[[int], bool], nsteps: int, fresh: bool, online: bool
 ) -> tuple[Sweep | None, int, bool]:
     """A loop of ``nsteps`` steps in a memory budget: record steps from a snapshot of the start while every
-    step's records would fit; once they would not and a step has found no new state array (the sizes are
-    known), run the best offline schedule for the steps left (the recorded ones stay recorded).
+    step's records would fit; once they would not and a step has found no new state (less than 1% more:
+    the sizes are known), run the best offline schedule for the steps left (``_plan_rest``).
 
     ``online``: ``nsteps`` is what a ``while_loop`` expects; its condition still ends the loop, earlier or
     later, and the reverse pass walks down from the end (``Loop.reverse_from``), whose gaps between the
@@ -181,7 +181,7 @@ def _probe(
     assert budget is not None
     t, ended = 0, False
     while t < nsteps and lp.recording and not ended:
-        known = len(lp.store.roots())
+        known = lp.store.state_bytes()
         step = t
         t = lp.forward(functools.partial(_only, step, more), t, fresh)
         fresh, ended = False, t == step
@@ -190,12 +190,13 @@ def _probe(
         held = lp.held()
         if ended or t == nsteps or (nsteps - t) * lp.sizes.record + held <= budget:
             continue
-        if len(lp.store.roots()) == known:
-            choice = _plan_rest(lp, nsteps - t)
-            if choice is None:
+        if lp.store.state_bytes() <= known * 1.01:  # no new state worth the name: the sizes are known
+            plan = _plan_rest(lp, nsteps - t)
+            if plan is None:
                 continue
+            choice, t = plan
             lp.recording = False
-            sweep = Sweep(lp, choice, t, held=False, watch_sizes=True, more=more if online else None)
+            sweep = Sweep(lp, choice, t, held=t == 0, watch_sizes=True, more=more if online else None)
             try:
                 sweep.run()
             except Ended as end:  # the condition ended the loop before the expected count
@@ -219,26 +220,36 @@ def _only(step: int, more: Callable[[int], bool], t: int) -> bool:
     return t == step and more(t)
 
 
-def _plan_rest(lp: Loop, n: int) -> Choice | None:
-    """The schedule for the ``n`` steps after those recorded so far, for sizes ``MARGIN`` larger (a
-    snapshot counted whole: what the first steps left unread says little of the later ones'): either
-    keeping those records, or letting them go (they are recomputed from the start's snapshot at the end),
-    whichever makes fewer step calls. None: keep recording."""
+def _plan_rest(lp: Loop, n: int) -> tuple[Choice, int] | None:
+    """The schedule for the loop's ``n`` steps after the ``t`` recorded so far (a snapshot counted whole:
+    what the first steps left unread says little of the later ones'), and where it starts: keeping those
+    records (at ``t``), letting them go (at ``t``; they are recomputed from the start's snapshot at the end),
+    or starting again from that snapshot (at 0), whichever makes fewer step calls. None: keep recording."""
     assert lp.opts.memory is not None
     whole = max(lp.sizes.snapshot, lp.store.state_bytes())
     lp.sizes.snapshot = whole
-    sizes = Sizes(*(int(x * MARGIN) for x in (whole, lp.sizes.record, lp.sizes.final)))
-    held, records, disk = lp.held(), lp.record_memory(), lp.disk_slots()
-    base = lp.opts.memory - sizes.final
-    keep = choose(n, base - held, sizes, disk)
-    drop = choose(n, base - held + records, sizes, disk)
-    recorded = len(lp.records)
+    sizes = Sizes(whole, lp.sizes.record, lp.sizes.final)
+    t, disk = len(lp.records), lp.disk_slots()
+    held, records = lp.held(), lp.record_memory()
+    budget = lp.opts.memory - sizes.final
+    keep = choose(n, budget - held, sizes, disk)
     if keep is not None and keep.name == "keep-all":
         return None
-    if drop is not None and (keep is None or drop.steps + recorded < keep.steps):
+    options = [(keep.steps, keep, t, "keep")] if keep is not None else []
+    drop = choose(n, budget - held + records, sizes, disk)
+    if drop is not None:
+        options.append((drop.steps + t, drop, t, "drop"))
+    again = choose(n + t, budget - held + records + whole, sizes, disk)
+    if again is not None:
+        options.append((again.steps + t, again, 0, "again"))
+    if not options:
+        return None
+    _, choice, start, how = min(options, key=lambda o: o[0])
+    if how != "keep":
         lp.records.clear()
-        return drop
-    return keep
+    if how == "again":
+        lp.store.restore(0, drop=False)
+    return choice, start
 
 
 def _run(

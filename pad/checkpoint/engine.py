@@ -383,25 +383,21 @@ class Loop:
         return choice if choice is not None else Choice("revolve", n, 0, 1)
 
 
-MARGIN = 1.05
-"""Schedules chosen while sizes are still being measured are chosen for sizes this much larger; a memory
-budget's offline schedule is given up (``Outgrown``) if they grow past that."""
-
-
 class Ended(Exception):
     """The loop's condition ended it before the schedule's step count (``while_loop``'s expected steps)."""
 
 
 class Outgrown(Exception):
-    """The sizes a schedule was chosen for have grown (a state array appeared late): it would overrun the
-    memory budget."""
+    """The sizes a schedule was chosen for have grown (a state array appeared late): the next step would
+    overrun the memory budget."""
 
 
 class Sweep:
     """A loop's steps ``offset .. offset+n-1`` run through a ``checkpoint_schedules`` schedule.
 
     ``held``: the state at ``offset`` is a snapshot already. ``watch_sizes``: raise ``Outgrown`` in the
-    forward sweep once the snapshots or records grow past the sizes the schedule was chosen for. ``more``:
+    forward sweep when what is held, the next step's records and the final state's copy would overrun the
+    memory budget (the sizes the schedule was chosen for have grown). ``more``:
     the loop's condition, asked before each step of the forward sweep (``Ended`` when it says no).
     ``in_reverse``: a gap reversed in the loop's reverse pass (its forward part is no forward sweep: no stop
     is saved there).
@@ -427,7 +423,6 @@ class Sweep:
             sched = choice.schedule()
         self._actions = iter(sched)
         self._forward_done = False
-        self._sizes = (lp.sizes.snapshot * MARGIN, lp.sizes.record * MARGIN)
 
     @property
     def offset(self) -> int:
@@ -474,7 +469,8 @@ class Sweep:
                 if self._more is not None and not self._more(off + t):
                     raise Ended(off + t)
                 lp.stop_forward(off + t)
-                grown = lp.sizes.snapshot > self._sizes[0] or lp.sizes.record > self._sizes[1]
-                if self._watch_sizes and grown:
-                    raise Outgrown(off + t)
+                if self._watch_sizes and lp.opts.memory is not None:
+                    need = lp.held() + lp.sizes.record + (0 if lp.store.holds(-1) else lp.sizes.final)
+                    if need > lp.opts.memory:
+                        raise Outgrown(off + t)
             lp.advance(off + t, record=action.write_adj_deps, fresh=took and t == n0)

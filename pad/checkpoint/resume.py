@@ -431,6 +431,7 @@ def restore(lp: Any, r: Resumable) -> dict[str, Any]:
     if differences:
         raise ResumeError(f"{r.directory} holds a run of another loop: " + "; ".join(differences[:8]))
     by_path = names.by_path
+    lp.ctx.will_write([by_path[path] for path in m["state"]])  # values kept before the loop are copied
     for path, name in m["state"].items():
         a = by_path[path]
         arrays.assign(a, r.array(name).reshape(a.shape))
