@@ -415,6 +415,11 @@ def _sensitivity(
     # compiles the adjoints and measures a snapshot and a cycle's records
     probe = sensitivity(hydro, 2, parameters, memory=1 << 62).stats
     budget = None if args.snapshots is not None else _budget(args, hydro, probe)
+    if args.resumable is not None and hydro.rank == 0:
+        print(
+            f"lulesh: whole-run gradient started; SIGTERM or the time limit saves it in "
+            f"{args.resumable.directory}", file=sys.stderr, flush=True,
+        )  # fmt: skip
     result = sensitivity(
         hydro, args.i, parameters, args.snapshots, memory=budget, resumable=args.resumable,
         expected_cycles=primal["iterations"],
