@@ -4,6 +4,7 @@ progress bar, where arrays live, and a description of the machine for results re
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import importlib
 import json
@@ -13,6 +14,7 @@ import shlex
 import subprocess
 import sys
 import traceback
+import warnings
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -26,11 +28,55 @@ class InputError(ValueError):
     """Bad input (a flag, a file): one line naming it, exit status 2, before any work."""
 
 
+class HelpFormatter(argparse.HelpFormatter):
+    """Help that shows each option's default, unless it has none or its help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        shown = action.option_strings and not (default is None or default is False or default == [])
+        shown = shown and default is not argparse.SUPPRESS
+        return f"{text} (default: %(default)s)" if shown and "default" not in text else text
+
+
 class Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` that raises ``InputError`` instead of exiting."""
+    """An ``ArgumentParser`` that raises ``InputError`` instead of exiting, and shows defaults in its help."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         raise InputError(message)
+
+
+def only_with(flag: str, mode: str, modes: tuple[str, ...]) -> None:
+    """Refuse ``flag`` (given) unless ``--mode`` is one of ``modes``."""
+    if mode not in modes:
+        raise InputError(f"{flag}: only with " + " or ".join(f"--mode {m}" for m in modes))
+
+
+def verdict(
+    what: str, passed: bool, error: float | None = None, tolerance: float | None = None
+) -> dict[str, Any]:
+    """A check's record: what was checked, the error it found and the tolerance (when it measures one), and
+    whether it passed."""
+    return {"what": what, "error": error, "tolerance": tolerance, "passed": bool(passed)}
+
+
+def check_lines(checks: dict[str, Any]) -> list[str]:
+    """The human report of ``checks`` (name -> a ``verdict``, or a dict with a list of them in ``parts``): one
+    line per verdict, saying what was checked, the error against the tolerance, and pass or FAIL."""
+    lines = []
+    for name, check in checks.items():
+        for part in check.get("parts", [check]):
+            measured = ""
+            if part.get("error") is not None:
+                measured = f": error {part['error']:.3g}"
+                if part.get("tolerance") is not None:
+                    measured += f", tolerance {part['tolerance']:.3g}"
+            lines.append(f"check {name}: {part['what']}{measured}: {'pass' if part['passed'] else 'FAIL'}")
+    return lines
 
 
 def integer(low: int, too_small: str | None = None) -> Any:
@@ -94,6 +140,54 @@ def exit_status(main: Callable[[], int]) -> int:
         raise
 
 
+LAUNCHED_SIZES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_STEP_NUM_TASKS")
+"""Where launchers say how many processes they started, the first one set counting: MPICH's Hydra and Slurm's
+PMI-2 (``PMI_SIZE``), Open MPI's mpirun (``OMPI_COMM_WORLD_SIZE``), srun (``SLURM_STEP_NUM_TASKS``, last: a
+multi-node Hydra starts its proxies with srun)."""
+
+LAUNCHED_RANKS = ("PMI_RANK", "OMPI_COMM_WORLD_RANK", "PMIX_RANK", "SLURM_PROCID")
+
+
+def launched_size() -> tuple[str, int] | None:
+    """The launcher's count of the processes it started, and the variable that says so (None: no launcher)."""
+    for name in LAUNCHED_SIZES:
+        value = os.environ.get(name, "")
+        if value.isdigit():
+            return name, int(value)
+    return None
+
+
+def mpi_library(mpi: Any) -> str:
+    """The first line of the MPI library's version (``mpi``: ``mpi4py.MPI``), e.g. ``MPICH Version: 5.0.2``."""
+    return " ".join(str(mpi.Get_library_version()).strip().splitlines()[0].split())
+
+
+# mpi4py warns of such a launch on import, on every process; check_launched says it in one line instead.
+warnings.filterwarnings("ignore", message="suspicious MPI execution environment")
+
+
+def check_launched(mpi: Any) -> None:
+    """Refuse a run whose launcher started several processes that mpi4py's MPI does not join into one job
+    (Open MPI's mpirun for an MPICH build, srun --mpi=none: N copies of a one-rank run, each doing it all)."""
+    launched = launched_size()
+    if launched is not None and launched[1] > 1 and mpi.COMM_WORLD.Get_size() != launched[1]:
+        name, started = launched
+        raise InputError(
+            f"the launcher started {started} processes ({name}={started}) but mpi4py's MPI "
+            f"({mpi_library(mpi)}) sees {mpi.COMM_WORLD.Get_size()} rank(s) in each: use the launcher of "
+            "the MPI that mpi4py was built against (the venv's mpiexec or srun --mpi=pmi2 for the mpich wheel)"
+        )
+
+
+def first_rank() -> bool:
+    """Whether this process is the one that reports a run's errors: rank 0, as MPI and its launcher number
+    the processes (a launcher that does not match mpi4py's MPI starts several, each rank 0 of its own)."""
+    mpi = sys.modules.get("mpi4py.MPI")
+    if mpi is not None and mpi.Is_initialized() and mpi.COMM_WORLD.Get_rank() != 0:
+        return False
+    return all(os.environ.get(name, "0") in ("", "0") for name in LAUNCHED_RANKS)
+
+
 GPU_WARM_S = 0.5  # seconds of work before a GPU run is timed
 
 
@@ -141,36 +235,97 @@ class NoBar:
         """Nothing to close."""
 
 
-class Memory:
-    """Where an app's arrays live: the host (NumPy), a GPU (CuPy, one device per rank of a node), or,
-    under ``NUMBA_ENABLE_CUDASIM=1`` without CuPy, numba's simulated device arrays."""
+CONTEXT_BYTES = 512 << 20
+"""Device memory a rank's process holds besides its arrays (its CUDA context, the modules CuPy and numba
+load): an allowance, added to each rank's estimate when ranks share a GPU."""
 
-    def __init__(self, device: str, comm: Any = None, *, simulator: bool = True) -> None:
+
+def gpu_for(local_rank: int, gpus: int) -> int:
+    """The GPU (an index among the ``gpus`` visible ones) of node-local rank ``local_rank``: round-robin, the
+    rule ``scripts/gpu_round_robin.sh`` applies too (it then leaves each rank one visible GPU, index 0)."""
+    return local_rank % max(1, gpus)
+
+
+def local_rank(comm: Any) -> int:
+    """This process's rank among the ranks of ``comm`` on its node (0 without MPI)."""
+    if comm is None or comm.Get_size() == 1:
+        return 0
+    from mpi4py import MPI
+
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED)
+    rank = int(node.Get_rank())
+    node.Free()
+    return rank
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceNeed:
+    """What one rank's run will allocate on its GPU (estimated from the problem's sizes), and of what."""
+
+    nbytes: int
+    what: str  # e.g. "LULESH -s 60 --mode grad"
+
+
+def size_text(n: float) -> str:
+    """A byte count for people: ``21.4 GB``, ``536.9 MB``, ``912 B``."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if n >= scale:
+            return f"{n / scale:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+class Memory:
+    """Where an app's arrays live: the host (NumPy), a GPU (CuPy), or, under ``NUMBA_ENABLE_CUDASIM=1``
+    without CuPy, numba's simulated device arrays.
+
+    A rank's GPU is ``gpu_for(node-local rank, visible GPUs)``: ranks share GPUs round-robin when there are
+    more ranks than GPUs. Given ``needs``, the ranks check together, before anything is allocated, that the
+    ranks sharing each GPU fit in its memory (``PAD_GPU_MEMORY``, bytes, stands for the size of every
+    GPU), and all raise the same ``InputError`` if not.
+    """
+
+    def __init__(
+        self, device: str, comm: Any = None, *, simulator: bool = True, needs: DeviceNeed | None = None
+    ) -> None:
         """``simulator=False``: an app that needs CuPy arrays asks for them under the simulator too."""
         self.device = device
         self.module: Any = np
+        self.gpu: int | None = None
         if device == "cpu":
             return
         from numba import config
 
         if simulator and config.ENABLE_CUDASIM:  # type: ignore[attr-defined]
-            self.module = None
+            self.module, self.gpu = None, 0  # the simulator has one device
+            if needs is not None:
+                check_fits(comm, needs, (platform.node(), "simulated"), "the simulated GPU", None)
             return
         try:
             import cupy
         except ImportError as exc:
             raise InputError(f"--device gpu: CuPy is not available ({exc})") from None
-        local = 0
-        if comm is not None and comm.Get_size() > 1:
-            from mpi4py import MPI
+        try:
+            gpu = self.gpu = gpu_for(local_rank(comm), cupy.cuda.runtime.getDeviceCount())
+            card = cupy.cuda.Device(gpu)
+            card.use()
+            from pad.kernel.cuda_runtime import cuda
 
-            local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
-        gpu = local % max(1, cupy.cuda.runtime.getDeviceCount())
-        cupy.cuda.Device(gpu).use()
-        from pad.kernel.cuda_runtime import cuda
-
-        cuda.select_device(gpu)  # numba's CUDA target on the same device
+            cuda.select_device(gpu)  # numba's CUDA target on the same device
+        except Exception as exc:  # no driver or device, or a CuPy or numba-cuda that cannot use it
+            cause = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            raise InputError(f"--device gpu: no usable GPU ({type(exc).__name__}: {cause})") from None
         self.module = cupy
+        if needs is not None:
+            visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")
+            name = visible[gpu].strip() if gpu < len(visible) and visible[gpu].strip() else str(gpu)
+            bus = card.pci_bus_id
+            check_fits(comm, needs, (platform.node(), bus), f"GPU {name} ({bus})", card.mem_info[1])
+
+    def held_bytes(self) -> int | None:
+        """Device bytes this process's CuPy memory pool holds (in use or cached), or None off CuPy."""
+        if self.module is None or self.module is np:
+            return None
+        return int(self.module.get_default_memory_pool().total_bytes())
 
     def put(self, a: np.ndarray) -> Any:
         """``a`` in this memory."""
@@ -194,6 +349,37 @@ class Memory:
     def fetch(self, *parts: Any) -> Fetch:
         """Host copies of ``parts`` (a few small arrays of this memory), started and waited for apart."""
         return Fetch(self, parts)
+
+
+def check_fits(comm: Any, needs: DeviceNeed, key: tuple[str, str], name: str, capacity: int | None) -> None:
+    """Raise the same ``InputError`` on every rank of ``comm`` if the ranks sharing some GPU need more than its
+    memory: ``key`` (host, PCI bus) identifies this rank's GPU, ``name`` names it, ``capacity`` is its size
+    in bytes (``PAD_GPU_MEMORY`` overrides it; None: unknown, nothing to check)."""
+    override = os.environ.get("PAD_GPU_MEMORY")
+    if override is not None:
+        try:
+            capacity = int(override)
+        except ValueError:
+            raise InputError(f"PAD_GPU_MEMORY: {override!r} is not a number of bytes") from None
+    mine = (key, name, capacity, needs.nbytes + CONTEXT_BYTES, needs.what)
+    every = comm.allgather(mine) if comm is not None and comm.Get_size() > 1 else [mine]
+    sharing: dict[tuple[str, str], list[int]] = {}
+    for rank, (where, *_) in enumerate(every):
+        sharing.setdefault(where, []).append(rank)
+    for ranks in sharing.values():
+        size, held = every[ranks[0]][2], 0
+        for rank in ranks:
+            _, gpu, _, nbytes, what = every[rank]
+            held += nbytes
+            if size is not None and held > size:
+                total = sum(every[r][3] for r in ranks)
+                raise InputError(
+                    f"--device gpu: rank {rank} does not fit on {gpu}: rank(s) {', '.join(map(str, ranks))} "
+                    f"share it and need {size_text(total)} in all, over its {size_text(size)}; rank {rank} "
+                    f"needs {size_text(nbytes)} ({what}: {size_text(nbytes - CONTEXT_BYTES)}, and "
+                    f"{size_text(CONTEXT_BYTES)} for its CUDA context). Run fewer ranks per GPU or a smaller "
+                    "problem"
+                )
 
 
 class Fetch:
@@ -231,7 +417,7 @@ class Fetch:
         return [host.copy() for host in self.pinned[slot]]
 
 
-def _output(cmd: list[str]) -> str | None:
+def command_output(cmd: list[str]) -> str | None:
     """Standard output of ``cmd`` (run in the checkout), or None if it cannot run or fails."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd=REPO)
@@ -242,7 +428,7 @@ def _output(cmd: list[str]) -> str | None:
 
 def gpu_names() -> list[str]:
     """The GPUs this process may use (nvidia-smi's, limited to CUDA_VISIBLE_DEVICES where it is set)."""
-    text = _output(["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"])
+    text = command_output(["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"])
     gpus = [line.split(",", 1) for line in (text or "").splitlines() if "," in line]
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
@@ -270,19 +456,21 @@ def _version(module: str) -> str | None:
         return None
 
 
-def _launcher_version(mpiexec: list[str]) -> str | None:
+def launcher_version(mpiexec: list[str]) -> str | None:
     """The launcher's version line (Hydra's "Version:" line, else the first line), or None if it is missing."""
-    lines = [line.strip() for line in (_output([*mpiexec, "--version"]) or "").splitlines() if line.strip()]
+    lines = [
+        line.strip() for line in (command_output([*mpiexec, "--version"]) or "").splitlines() if line.strip()
+    ]
     hydra = ["Hydra " + " ".join(line.split()) for line in lines if line.startswith("Version:")]
     return (hydra + lines)[0] if lines else None
 
 
 def _pad_commit() -> str | None:
     """The checkout's commit (with "-dirty" if it has changes), else $PAD_COMMIT, else None."""
-    head = _output(["git", "rev-parse", "HEAD"])
+    head = command_output(["git", "rev-parse", "HEAD"])
     if head is None:
         return os.environ.get("PAD_COMMIT")
-    dirty = _output(["git", "status", "--porcelain", "--untracked-files=no"])
+    dirty = command_output(["git", "status", "--porcelain", "--untracked-files=no"])
     return head.strip() + ("-dirty" if dirty else "")
 
 
@@ -304,7 +492,7 @@ def machine(mpiexec: list[str] | None = None) -> dict[str, Any]:
         "python": platform.python_version(),
         "versions": {m: _version(m) for m in ("numpy", "numba", "numba_cuda", "mpi4py", "cupy", "tqdm")},
         "launcher": shlex.join(mpiexec) if mpiexec else None,
-        "launcher_version": _launcher_version(mpiexec) if mpiexec else None,
+        "launcher_version": launcher_version(mpiexec) if mpiexec else None,
         "pad_commit": _pad_commit(),
         "slurm_job": os.environ.get("SLURM_JOB_ID"),
         "date": utc_now(),

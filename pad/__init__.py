@@ -9,8 +9,10 @@ from typing import Any
 
 from pad import checkpoint, tasks
 from pad.annotations import Active, Const, Dup
-from pad.kernel import KernelSyntaxError, func, kernel, local_array, show
+from pad.kernel import KernelSyntaxError, debug, func, kernel, local_array, show
 from pad.parallel import launch
+from pad.parallel.ahead import precompile
+from pad.parallel.arrayops import axpy, copy, fill, scale
 from pad.parallel.graph import graph
 from pad.tape import autodiff, fwddiff
 from pad.testing import check_grad
@@ -21,8 +23,12 @@ __all__ = [
     "Dup",
     "KernelSyntaxError",
     "autodiff",
+    "axpy",
     "check_grad",
     "checkpoint",
+    "copy",
+    "debug",
+    "fill",
     "func",
     "fwddiff",
     "graph",
@@ -30,6 +36,8 @@ __all__ = [
     "launch",
     "local_array",
     "mpi",
+    "precompile",
+    "scale",
     "show",
     "tasks",
 ]

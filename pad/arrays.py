@@ -86,6 +86,21 @@ def where(a: Any) -> str:
     return f"{'host' if device is None else f'GPU {device}'} memory ({library(a)})"
 
 
+def synchronize(a: Any) -> None:
+    """Wait for the device work queued so far, so that a library outside its stream (MPI) may read or write
+    ``a``; nothing for host arrays and numba's simulated ones."""
+    if isinstance(a, np.ndarray) or type(a).__name__ == "FakeCUDAArray":
+        return
+    if is_cupy(a):
+        import cupy
+
+        cupy.cuda.get_current_stream().synchronize()
+    else:
+        from numba import cuda
+
+        cuda.synchronize()
+
+
 def c_contiguous(a: Any) -> bool:
     flags = a.flags
     return bool(flags["C_CONTIGUOUS"] if isinstance(flags, dict) else flags.c_contiguous)

@@ -56,7 +56,7 @@ def main() -> None:
     )
     print(f"check_grad: finite differences and dot-product test pass (largest relative errors {errors})")
     print("\nThe generated adjoint kernel:\n")
-    pad.show(step, "adjoint", 2.0, pad.Dup(x, x), pad.Dup(y, y))
+    print(pad.show(step, "adjoint", 2.0, pad.Dup(x, x), pad.Dup(y, y)))
 
 
 if __name__ == "__main__":

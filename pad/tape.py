@@ -1,16 +1,24 @@
 """The program-level tape: shadows, recording and the autodiff/fwddiff drivers.
 
 The tape knows nothing of kernels' insides or of MPI. An operation (a launch, a message, a task) asks the
-current context for the shadows of its arrays, tells it which arrays it is about to overwrite, keeps the
-values its adjoint will need, and appends a record whose ``reverse()`` runs its adjoint. Reverse mode runs
+current context for the shadows of its arrays, tells it which arrays it is about to overwrite (and writes
+them through ``writable``: arrays under differentiation are read-only to the program), keeps the values its
+adjoint will need, and appends a record whose ``reverse()`` runs its adjoint. Reverse mode runs
 the primal once, then the records' adjoints in reverse order; forward mode runs each operation's tangent
 version immediately, so it records nothing.
 """
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import hashlib
+import inspect
+import linecache
+import os
+import sys
 import threading
+import traceback
 import weakref
 from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
@@ -20,6 +28,7 @@ import numpy as np
 
 from pad import arrays
 from pad.annotations import Active, Const, Dup
+from pad.kernel import checks
 
 __all__ = [
     "Account",
@@ -90,9 +99,12 @@ class Account:
 
 
 class Kept:
-    """A value an adjoint needs: the live array until something overwrites it, then a private copy."""
+    """A value an adjoint needs: the live array until something overwrites it, then a private copy.
 
-    __slots__ = ("account", "array", "copied", "extent", "users")
+    Under ``PAD_DEBUG`` it also holds a digest of the value, so that ``changed()`` tells a write pad did not
+    see (NumPy's, to an array pad does not protect) from none."""
+
+    __slots__ = ("account", "array", "copied", "digest", "extent", "users")
 
     def __init__(self, array: Any) -> None:
         self.array = array
@@ -100,6 +112,11 @@ class Kept:
         self.copied = False
         self.users = 0
         self.account = _account.get()
+        self.digest = _digest(array) if checks.enabled() else None
+
+    def changed(self) -> bool:
+        """Whether the value changed since it was kept (known only under ``PAD_DEBUG``)."""
+        return self.digest is not None and _digest(self.array) != self.digest
 
     @property
     def value(self) -> Any:
@@ -114,6 +131,10 @@ class Kept:
 
     def release(self) -> None:
         self.users -= 1
+
+
+def _digest(a: Any) -> bytes:
+    return hashlib.blake2b(np.ascontiguousarray(arrays.to_host(a)).tobytes(), digest_size=16).digest()
 
 
 def _key(a: Any) -> tuple:
@@ -152,6 +173,14 @@ class Context:
         # first (``current()``), and if none comes, the launch's fused adjoint makes its outputs.
         self.fuse = False
         self.pending: Any = None
+        # Checks an operation leaves for the end of the reverse pass, so that it need not wait for a device
+        # in the middle of it (a GPU adjoint's tape overflow flag).
+        self.after_reverse: list[Callable[[], None]] = []
+        # Host arrays given as Dup, read-only to the code between pad operations while ``f`` runs and its
+        # adjoint: id -> (the array, a writable alias made before its flag was cleared, how to name it)
+        self.protected: dict[int, tuple[np.ndarray, np.ndarray, str]] = {}
+        # PAD_DEBUG: the arrays launches left, with digests of their values (``settle``, ``verify``)
+        self._settled: dict[int, tuple[Callable[[], Any], bytes, str]] = {}
 
     # -- shadows -------------------------------------------------------------------------------------
     def bind(self, x: Any, dx: Any) -> None:
@@ -290,6 +319,89 @@ class Context:
             return arrays.view(dbase, x.shape, x.strides, addr - start)
         return None
 
+    # -- arrays under differentiation: read-only between pad operations ---------------------------------
+    def protect(self, x: Any, dx: Any, name: str) -> None:
+        """Make host array ``x`` read-only (NumPy's flag) so that a NumPy write to it between pad operations
+        fails instead of going undifferentiated; pad's own operations write through :meth:`writable`."""
+        if type(x) is not np.ndarray or not x.flags.writeable or id(x) in self.protected:
+            return
+        alias = x.view()  # made while x is writable, it stays so; numba types it as it typed x
+        x.flags.writeable = False
+        self.protected[id(x)] = (x, alias, name)
+        self._remember(alias, dx, region=False)
+
+    def writable(self, a: Any) -> Any:
+        """``a``, or a writable alias of it where ``a`` is (a view of) an array :meth:`protect` made read-only."""
+        if type(a) is not np.ndarray or a.flags.writeable or not self.protected:
+            return a
+        hit = self.protected.get(id(a))
+        if hit is not None and hit[0] is a:
+            return hit[1]
+        span = arrays.extent(a)
+        for x, alias, _ in self.protected.values():
+            lo, hi = arrays.extent(x)[1:]
+            if lo <= span[1] and span[2] <= hi and alias.flags.c_contiguous:
+                return np.ndarray(a.shape, a.dtype, buffer=alias, offset=span[1] - lo, strides=a.strides)
+        return a
+
+    def release(self) -> None:
+        """Make the protected arrays writable again."""
+        for x, _, _ in self.protected.values():
+            x.flags.writeable = True
+        self.protected.clear()
+
+    def refused_write(self, error: ValueError) -> ValueError | None:
+        """The error for NumPy's refusal to write a protected array from the program, else None (a refusal
+        from inside pad is pad's bug and stays as it is)."""
+        if "read-only" not in str(error) or not self.protected:
+            return None
+        frames = [f for f, _ in traceback.walk_tb(error.__traceback__)]
+        frame = next((f for f in reversed(frames) if not _in_package(f.f_code.co_filename, np)), None)
+        if frame is None or _in_package(frame.f_code.co_filename, sys.modules["pad"]):
+            return None
+        where = f"{frame.f_code.co_filename}:{frame.f_lineno}"
+        source = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+        named = [
+            name
+            for x, _, name in self.protected.values()
+            if any(arrays.may_share_memory(v, x) for v in _arrays_named(source, frame))
+        ]
+        which = (
+            " and ".join(named)
+            if named
+            else "an array given as pad.Dup ("
+            + ", ".join(name for _, _, name in self.protected.values())
+            + ")"
+        )
+        return ValueError(
+            f"{where}: `{source}` writes {which} with NumPy between pad operations, where pad cannot "
+            "differentiate it: arrays under differentiation are read-only there. Write it with pad's "
+            "differentiable operations, pad.copy(dst, src) for dst[...] = src, pad.scale(x, a) for x *= a, "
+            "pad.axpy(a, x, y) for y += a * x, pad.fill(x, value) for x[...] = value, or in a kernel; "
+            "or write a copy (x.copy()), which is not differentiated"
+        )
+
+    def settle(self, written: Iterable[Any], by: str) -> None:
+        """PAD_DEBUG: remember the values operation ``by`` left in ``written``, for :meth:`verify`."""
+        for a in written:
+            if hasattr(a, "shape") and self._lookup_shadow(a) is not None:
+                self._settled[id(a)] = (weakref.ref(a), _digest(a), by)
+
+    def verify(self, before: str) -> None:
+        """PAD_DEBUG: refuse, before operation ``before``, an array changed since an operation left it by a
+        write pad did not see (NumPy's, to an array it does not protect)."""
+        for key, (ref, digest, by) in list(self._settled.items()):
+            a = ref()
+            if a is None:
+                del self._settled[key]
+            elif _digest(a) != digest:
+                raise ValueError(
+                    f"{before}: an array {by} wrote (shape {a.shape}, {a.dtype}) was changed since by a write "
+                    "pad did not see (NumPy's, to an array pad does not protect: one the program allocates, a "
+                    "pad.Const, a GPU array), so its derivative would be wrong. Write it with "
+                    "pad.copy/scale/axpy/fill or in a kernel, or write a copy"
+                )
+
     # -- recording (reverse mode) --------------------------------------------------------------------
     def record(self, rec: Record) -> None:
         """Append ``rec`` to the current recording (wrapped by ``guard`` with the shadows it touched)."""
@@ -320,6 +432,8 @@ class Context:
         """
         targets = list(targets)
         with self._lock:
+            for a in targets:
+                self._settled.pop(id(a), None)  # an operation writes it: its value may change
             for obs in _observers.get():
                 obs(targets, access)
             if not self._live:
@@ -485,6 +599,32 @@ def reverse_records(records: list[Record]) -> None:
         records.pop().reverse()
 
 
+def _in_package(filename: str, package: Any) -> bool:
+    return filename.startswith(os.path.dirname(package.__file__) + os.sep)
+
+
+def _arrays_named(source: str, frame: Any) -> list[Any]:
+    """The arrays a line of source writes, as far as its form says (the targets of ``=`` and ``+=``, the
+    object of a method call, the first argument and ``out=`` of a function call), in ``frame``."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    stmt = tree.body[0] if tree.body else None
+    written: list[ast.AST] = [tree]
+    if isinstance(stmt, ast.Assign):
+        written = list(stmt.targets)
+    elif isinstance(stmt, ast.AugAssign):
+        written = [stmt.target]
+    elif isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call):
+        call = stmt.value
+        method = [call.func.value] if isinstance(call.func, ast.Attribute) else []  # u.fill(0), or np.copyto
+        written = [*method, *call.args[:1], *(k.value for k in call.keywords if k.arg == "out")]
+    scope = {**frame.f_globals, **frame.f_locals}
+    values = (scope.get(n.id) for w in written for n in ast.walk(w) if isinstance(n, ast.Name))
+    return [v for v in values if isinstance(v, np.ndarray)]
+
+
 # ---------------------------------------------------------------------------------------------- drivers
 def _check_pair(x: Any, dx: Any, what: str) -> None:
     if not (hasattr(x, "shape") and hasattr(dx, "shape")):
@@ -506,15 +646,21 @@ def _check_pair(x: Any, dx: Any, what: str) -> None:
         )
 
 
-def _prepare(ctx: Context, args: tuple, reverse_mode: bool) -> list[Any]:
+def _prepare(ctx: Context, args: tuple, reverse_mode: bool, f: Callable[..., Any]) -> list[Any]:
     """Turn annotated arguments into the values ``f`` receives, registering shadows with ``ctx``."""
     values: list[Any] = []
+    try:
+        names = list(inspect.signature(f).parameters)
+    except (TypeError, ValueError):
+        names = []
     for pos, arg in enumerate(args):
         what = f"argument {pos}"
         if isinstance(arg, Dup):
             if hasattr(arg.value, "shape"):
                 _check_pair(arg.value, arg.shadow, what)
                 ctx.bind(arg.value, arg.shadow)
+                named = f" ({names[pos]!r})" if pos < len(names) else ""
+                ctx.protect(arg.value, arg.shadow, f"argument {pos}{named}")
                 values.append(arg.value)
             elif reverse_mode:
                 raise TypeError(f"{what}: Dup of a scalar is forward-mode only; use pad.Active in autodiff")
@@ -557,14 +703,16 @@ def autodiff(f: Callable[..., Any], *args: Any, fuse: bool = False) -> tuple[flo
         raise RuntimeError("pad.autodiff/fwddiff cannot be nested inside another autodiff/fwddiff")
     ctx = Context(reverse_mode=True)
     ctx.fuse = fuse
-    values = _prepare(ctx, args, reverse_mode=True)
     token = _context.set(ctx)
     try:
+        values = _prepare(ctx, args, reverse_mode=True, f=f)
         with recording_into(ctx.records):
-            f(*values)
+            _run_program(ctx, f, values)
             _finish_forward(ctx)
             ctx.pending = None  # the last launch stays fused: its adjoint makes its outputs
             reverse_records(ctx.records)
+            for check in ctx.after_reverse:
+                check()
         for a in (ref() for ref in ctx._owned):
             if a is not None:
                 POOL.give(a)
@@ -572,8 +720,20 @@ def autodiff(f: Callable[..., Any], *args: Any, fuse: bool = False) -> tuple[flo
         ctx.flush()  # a failed autodiff still leaves the primal results
         raise
     finally:
+        ctx.release()
         _context.reset(token)
     return tuple(ctx.active_adjoints)
+
+
+def _run_program(ctx: Context, f: Callable[..., Any], values: list[Any]) -> Any:
+    """``f(*values)``, with NumPy's refusal to write an array under differentiation explained."""
+    try:
+        return f(*values)
+    except ValueError as e:
+        refused = ctx.refused_write(e)
+        if refused is None:
+            raise
+        raise refused from e
 
 
 def fwddiff(f: Callable[..., Any], *args: Any) -> Any:
@@ -581,12 +741,13 @@ def fwddiff(f: Callable[..., Any], *args: Any) -> Any:
     if current() is not None:
         raise RuntimeError("pad.autodiff/fwddiff cannot be nested inside another autodiff/fwddiff")
     ctx = Context(reverse_mode=False)
-    values = _prepare(ctx, args, reverse_mode=False)
     token = _context.set(ctx)
     try:
-        result = f(*values)
+        values = _prepare(ctx, args, reverse_mode=False, f=f)
+        result = _run_program(ctx, f, values)
         _finish_forward(ctx)
     finally:
+        ctx.release()
         _context.reset(token)
     return result
 

@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from pad import arrays, tape
+from pad.kernel import checks
 
 __all__ = ["check_grad"]
 
@@ -49,7 +50,10 @@ def check_grad(
     Arguments are annotated as for ``autodiff``: ``Dup(x, dx)`` arrays (``dx``'s content is ignored; the
     checker draws its own seeds), ``Active(s)`` scalars, ``Const`` and plain values. ``f`` must be
     deterministic and restartable: the checker calls it several times from the same initial values.
-    Raises ``AssertionError`` with a readable report; returns the largest relative errors found.
+    Raises ``AssertionError`` with a readable report; returns the largest errors it measured, passing or not:
+    ``fd`` (finite differences against forward mode) and ``dot`` (forward against reverse mode) relative to
+    the larger of the two values, ``fd_abs`` and ``dot_abs`` absolute (a comparison passes when its absolute
+    error is within ``atol + rtol`` times the larger value).
     """
     rng = np.random.default_rng(seed + 7919 * _rank())
     dups = [(i, a) for i, a in enumerate(args) if isinstance(a, tape.Dup) and hasattr(a.value, "shape")]
@@ -90,7 +94,7 @@ def check_grad(
     gradients = {i: _host(reverse_args[i].shadow).astype(np.float64) for i, _ in dups}
 
     report: list[str] = []
-    worst = {"fd": 0.0, "dot": 0.0}
+    worst = {"fd": 0.0, "dot": 0.0, "fd_abs": 0.0, "dot_abs": 0.0}
     for d in range(directions):
         tang = {i: rng.uniform(-1.0, 1.0, a.value.shape) for i, a in dups}
         stang = {i: float(rng.uniform(0.5, 1.5)) for i, _ in actives}
@@ -119,14 +123,39 @@ def check_grad(
 
         for name, a, b in (("fd", fd, jt), ("dot", jt, jtt)):
             err = abs(a - b) / max(abs(a), abs(b), 1e-300)
-            worst[name] = max(worst[name], err if abs(a - b) > atol else 0.0)
+            worst[name] = max(worst[name], err)
+            worst[f"{name}_abs"] = max(worst[f"{name}_abs"], abs(a - b))
             if abs(a - b) > atol + rtol * max(abs(a), abs(b)):
                 label = (
                     "finite differences vs forward" if name == "fd" else "forward vs reverse (dot product)"
                 )
                 report.append(f"direction {d}: {label}: {a!r} vs {b!r} (relative error {err:.3e})")
+    if report and _size() == 1:  # one process (a rank alone would hang the others): name the cause
+        restore()
+        report.append(_diagnose(f, args, seeds))
+        restore()
     _finish_check(report)
     return worst
+
+
+LIKELY = (
+    "likely causes pad cannot see by itself: a NumPy write between pad operations to an array it does not "
+    "protect (one f allocates, a pad.Const, a GPU array), which pad.copy/scale/axpy/fill or a kernel would "
+    "differentiate; an index out of range in a kernel; PAD_DEBUG=1 checks both"
+)
+
+
+def _diagnose(f: Callable[..., Any], args: tuple, seeds: dict[int, np.ndarray]) -> str:
+    """Rerun the reverse pass under ``PAD_DEBUG``: the error it raises, if any, names the cause."""
+    annotated = [
+        tape.Dup(a.value, arrays.like(a.value, seeds[i])) if i in seeds else a for i, a in enumerate(args)
+    ]
+    try:
+        with checks.debug(True):
+            tape.autodiff(f, *annotated)
+    except (IndexError, ValueError) as e:
+        return f"rerun under PAD_DEBUG=1, pad found: {e}"
+    return LIKELY
 
 
 def _rank() -> int:
@@ -134,6 +163,13 @@ def _rank() -> int:
     if mpi_mod is None or not mpi_mod.Is_initialized() or mpi_mod.Is_finalized():
         return 0
     return int(mpi_mod.COMM_WORLD.Get_rank())
+
+
+def _size() -> int:
+    mpi_mod = sys.modules.get("mpi4py.MPI")
+    if mpi_mod is None or not mpi_mod.Is_initialized() or mpi_mod.Is_finalized():
+        return 1
+    return int(mpi_mod.COMM_WORLD.Get_size())
 
 
 def _finish_check(report: list[str]) -> None:

@@ -119,8 +119,9 @@ def forces_study(size: int, threads: int, repeat: int = 20) -> dict[str, float]:
 
     def gather() -> None:
         pad.launch(
-            K.k_gather_forces, m.nnode, m.corner_start, m.corner_list, fs.reshape(3, -1), fh.reshape(3, -1), f
-        )
+            K.k_gather_forces, m.nnode, m.corner_start, m.corner_list, fs.reshape(3, -1), fh.reshape(3, -1),
+            False, f,
+        )  # fmt: skip
 
     def scatter() -> None:
         f[...] = 0.0

@@ -105,6 +105,7 @@ def main() -> None:
             "size": size,
             "iterations": mine["iterations"],
             "iterations_cuda": int(theirs["iterations"]),
+            "to_the_end": iterations is None,
             "fom_pad": mine["fom"],
             "fom_cuda": theirs["fom"],
             "fom_ratio": mine["fom"] / theirs["fom"],

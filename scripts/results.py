@@ -247,6 +247,35 @@ def lulesh_gpu() -> list[str]:
     return [*_table(header, [row]), *_caption(rec)]
 
 
+def _lulesh_case(r: dict[str, Any]) -> str:
+    return f"-s {r['size']}" + (" to the end" if r["to_the_end"] else f" -i {r['iterations']}")
+
+
+def lulesh_vs_cuda() -> list[str]:
+    """LULESH on a GPU: pad against LLNL's CUDA port (``bench_lulesh_gpu.py``), both runs in one session."""
+    rec = _one("gpu-lulesh-vs-cuda.json")
+    rows = [
+        [
+            _lulesh_case(r),
+            str(r["iterations"]),
+            f"{r['fom_pad']:,.0f}",
+            f"{r['fom_cuda']:,.0f}",
+            f"{r['fom_ratio']:.2f}",
+            f"{r['energy_pad']} / {r['energy_cuda']}",
+        ]
+        for r in rec["result"]["records"]
+    ]
+    header = [
+        "problem",
+        "cycles",
+        "FOM pad (z/s)",
+        "FOM CUDA port (z/s)",
+        "pad / CUDA",
+        "Final Origin Energy",
+    ]
+    return [*_table(header, rows), *_caption(rec)]
+
+
 def lulesh() -> list[str]:
     """pad's LULESH against the C++ original (FOM: zones per ms), then the corner-force study, per record."""
     out = []
@@ -325,6 +354,39 @@ def checkpoint() -> list[str]:
         f"keep-everything's memory, at {t['ratio_30_over_all']:.2f}x its gradient/primal time.",
         *_caption(rec),
     ]
+
+
+def compile_times() -> list[str]:
+    """First runs: an app started with an empty kernel cache and again with the cache filled, per checkout
+    (``scripts/bench_compile.py``)."""
+    out = []
+    for rec in _load("compile-*.json"):
+        r = rec["result"]
+        rows = []
+        for name in ("cold", "warm"):
+            run = r["runs"][name]
+            res = run["result"]
+            ahead = res.get("precompile")
+            rows.append(
+                [
+                    name,
+                    f"{run['wall_s']:.1f} s",
+                    f"{run['cpu_s']:.1f} s",
+                    "not reported" if res.get("compile_s") is None else f"{res['compile_s']:.1f} s",
+                    f"{ahead['compiled']} of {ahead['launchers']}, {ahead['workers']} worker(s)"
+                    if ahead
+                    else "",
+                    _time(res["time_primal_s"]),
+                    _time(res["time_grad_s"]) if res.get("time_grad_s") is not None else "",
+                    f"{res['elapsed_s']:.3g} s" if "elapsed_s" in res else "",
+                ]
+            )
+        header = ["run", "wall", "CPU", "compile_s", "compiled ahead", "primal", "gradient", "Elapsed"]
+        what = f"`{r['app']} {' '.join(r['arguments'])} --device {r['device']}`, {r['threads']} thread(s)"
+        where = r["checkout_commit"] or os.path.basename(r["checkout"])
+        out += [f"**checkout {where}**: {what}", "", *_table(header, rows)]
+        out += [*_caption(rec), ""]
+    return out[:-1]
 
 
 def tasks() -> list[str]:
@@ -425,6 +487,16 @@ def headline() -> list[str]:
     )
     speed = jax["result"]["time_grad_protein_s"] / r["time_grad_s"]
     rows.append(("miniBUDE bm1 on an H100: JAX's protein gradient / pad's", f"{speed:.2f}x", jax))
+    vs_cuda = _one("gpu-lulesh-vs-cuda.json")
+    for r in vs_cuda["result"]["records"]:
+        if r["size"] in (30, 150):
+            rows.append(
+                (
+                    f"LULESH {_lulesh_case(r)} on an H100: FOM / LLNL's CUDA port's",
+                    f"{r['fom_ratio']:.2f}",
+                    vs_cuda,
+                )
+            )
     lulesh_gpu = _one("gpu-lulesh-grad.json")
     ratio = lulesh_gpu["result"]["overhead"]
     rows.append(("LULESH -s 60 on an H100: per-cycle gradient / primal", f"{ratio:.2f}x", lulesh_gpu))
@@ -453,11 +525,13 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "minibude-gpu-hand": minibude_gpu_hand,
     "gpu-kernels": gpu_kernels,
     "lulesh-gpu": lulesh_gpu,
+    "lulesh-vs-cuda": lulesh_vs_cuda,
     "mpi": mpi,
     "checkpoint": checkpoint,
     "lulesh": lulesh,
     "tasks": tasks,
     "studies": studies,
+    "compile": compile_times,
 }
 
 

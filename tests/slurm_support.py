@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+from pathlib import Path
 
 
 def slurm_answers() -> str | None:
@@ -17,3 +18,14 @@ def slurm_answers() -> str | None:
     if proc.returncode != 0 or "idle" not in proc.stdout.split():
         return f"no idle Slurm node (sinfo: {(proc.stdout + proc.stderr).strip()[:200]})"
     return None
+
+
+def fake_module_command(folder: Path) -> Path:
+    """A folder holding a ``module`` command that prints its arguments, as a site's ``module load`` would
+    load them (for the batch scripts' ``MODULES``)."""
+    bin_dir = folder / "fake-modules"
+    bin_dir.mkdir(exist_ok=True)
+    module = bin_dir / "module"
+    module.write_text('#!/bin/sh\necho "module $*"\n')
+    module.chmod(0o755)
+    return bin_dir

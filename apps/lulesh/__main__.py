@@ -41,28 +41,39 @@ MEMORY_SHARE = 0.5
 it starts (the node's, split among its ranks; a GPU's own)."""
 EXIT_SAVE_FAILED = 74  # EX_IOERR: a stopped run could not be saved
 SYMMETRY_TOLERANCE = 1e-8
+WARM_CYCLES = 2
+"""Cycles of the warm-up run that compiles every kernel before the timed run: the second cycle is the first
+recorded by ``pad.graph`` and the first to compute its time step from the previous one's constraints."""
+PLOT_COMPONENTS = ("norm", "x", "y", "z")
+PLOT_SCALES = ("symlog", "linear")
+PLOT_OPTIONS = ("--plot-component", "--plot-scale", "--plot-slice", "--plot-contours")
 
 
 def parse_args(argv: list[str] | None) -> Any:
-    p = cli.Parser(prog="python -m apps.lulesh", description=__doc__.split("\n")[0], add_help=False)
-    p.add_argument("-h", action="help", help="show this message and exit")
+    p = cli.Parser(
+        prog="python -m apps.lulesh", description=__doc__.split("\n")[0].replace("``", ""), add_help=False
+    )
+    p.add_argument("-h", "--help", action="help", help="show this message and exit")
     p.add_argument("-q", action="store_true", help="quiet mode: suppress all standard output")
     p.add_argument(
-        "-i", type=cli.integer(0), default=UNTIL_COMPLETION, metavar="ITERATIONS", help="cycles to run"
-    )
-    p.add_argument("-s", type=cli.integer(1), default=30, metavar="SIZE", help="mesh edge per rank (30)")
-    p.add_argument("-r", type=cli.integer(1), default=11, metavar="REGIONS", help="distinct regions (11)")
+        "-i", type=cli.integer(0), default=UNTIL_COMPLETION, metavar="ITERATIONS",
+        help="at most this many cycles (default: until the stop time)",
+    )  # fmt: skip
+    p.add_argument("-s", type=cli.integer(1), default=30, metavar="SIZE", help="elements per side per rank")
+    p.add_argument("-r", type=cli.integer(1), default=11, metavar="REGIONS", help="distinct regions")
     p.add_argument(
-        "-b", type=cli.integer(0), default=1, metavar="BALANCE", help="load balance between regions (1)"
+        "-b", type=cli.integer(0), default=1, metavar="BALANCE", help="load balance between regions"
     )
-    p.add_argument(
-        "-c", type=cli.integer(0), default=1, metavar="COST", help="extra cost of costly regions (1)"
-    )
+    p.add_argument("-c", type=cli.integer(0), default=1, metavar="COST", help="extra cost of costly regions")
     p.add_argument("-p", action="store_true", help="print each cycle's time and time step")
     p.add_argument("-f", metavar="FILES", help="(refused: pad writes no VisIt files)")
     p.add_argument("-v", action="store_true", help="(refused: pad writes no VisIt files)")
-    p.add_argument("--threads", type=cli.integer(1), help="CPU threads per rank (default: the cores)")
-    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
+    p.add_argument(
+        "--threads",
+        type=cli.integer(1),
+        help="CPU threads per rank (default: the cores shared by the node's ranks)",
+    )
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="CPU threads, or one GPU per rank")
     p.add_argument("--json", metavar="PATH", help="write the machine-readable results here")
     p.add_argument(
         "--mode",
@@ -91,20 +102,38 @@ def parse_args(argv: list[str] | None) -> Any:
     p.add_argument("--resume", metavar="DIR", help="sensitivity: finish the run saved in DIR")
     p.add_argument(
         "--set", action="append", default=[], metavar="NAME=VALUE", type=_assignment,
-        help="override a model parameter: " + ", ".join(PARAMETERS),
+        help="override a model parameter (repeatable): " + ", ".join(PARAMETERS),
     )  # fmt: skip
     p.add_argument("--grad-output", metavar="PATH", help="sensitivity: dJ/d(initial coordinates) as .npy")
-    p.add_argument("--plot", metavar="PATH", help="sensitivity: |dJ/dx| on the z = 0 plane as .png")
+    p.add_argument(
+        "--plot", metavar="PATH", help="sensitivity: dJ/d(initial coordinates) on a plane of nodes, .png"
+    )
+    p.add_argument(
+        "--plot-component", choices=PLOT_COMPONENTS,
+        help="--plot: the vectors' length, or one component, signed (default: norm)",
+    )  # fmt: skip
+    p.add_argument(
+        "--plot-scale", choices=PLOT_SCALES,
+        help="--plot: colours logarithmic in the size, linear near zero, or linear (default: symlog)",
+    )  # fmt: skip
+    p.add_argument(
+        "--plot-slice", type=cli.integer(0), metavar="K",
+        help="--plot: the plane of nodes z = K h, h the mesh spacing (default: 0, where the blast starts)",
+    )  # fmt: skip
+    p.add_argument(
+        "--plot-contours",
+        type=cli.integer(0),
+        metavar="N",
+        help="--plot: N contour lines over it (default: 0)",
+    )
     args = p.parse_args(argv)
     if args.f is not None or args.v:
         raise InputError(f"{'-f' if args.f is not None else '-v'}: visualization output is not supported")
-    for flag, value in (
-        ("--grad-output", args.grad_output), ("--plot", args.plot), ("--snapshots", args.snapshots),
-        ("--memory", args.memory), ("--checkpoint-dir", args.checkpoint_dir),
-        ("--time-limit", args.time_limit), ("--resume", args.resume),
+    for flag in (
+        "--grad-output", "--plot", "--snapshots", "--memory", "--checkpoint-dir", "--time-limit", "--resume"
     ):  # fmt: skip
-        if value is not None and args.mode != "sensitivity":
-            raise InputError(f"{flag}: only with --mode sensitivity")
+        if _given(args, flag):
+            cli.only_with(flag, args.mode, ("sensitivity",))
     if args.snapshots is not None and args.memory is not None:
         raise InputError("--snapshots: give --snapshots or --memory, not both")
     if args.resume is not None and args.checkpoint_dir is not None:
@@ -113,8 +142,14 @@ def parse_args(argv: list[str] | None) -> Any:
         raise InputError("--time-limit: needs --checkpoint-dir DIR (or --resume DIR) to save the run in")
     if args.resume is not None and not os.path.isdir(args.resume):
         raise InputError(f"--resume: {args.resume} is not a directory")
-    if args.check and args.mode == "primal":
-        raise InputError("--check: only with --mode grad or --mode sensitivity")
+    if args.check:
+        cli.only_with("--check", args.mode, ("grad", "sensitivity"))
+    for flag in PLOT_OPTIONS:
+        if _given(args, flag) and args.plot is None:
+            raise InputError(f"{flag}: only with --plot")
+    edge = args.s * round(_size() ** (1 / 3))
+    if args.plot_slice is not None and args.plot_slice > edge:
+        raise InputError(f"--plot-slice: {args.plot_slice} is past the last plane of nodes ({edge})")
     if args.plot is not None:
         try:
             import matplotlib  # noqa: F401
@@ -124,6 +159,10 @@ def parse_args(argv: list[str] | None) -> Any:
         cli.check_writable(flag, path)
     args.set = dict(args.set)
     return args
+
+
+def _given(args: Any, flag: str) -> bool:
+    return getattr(args, flag[2:].replace("-", "_")) is not None
 
 
 def _memory_size(text: str) -> int:
@@ -208,20 +247,26 @@ def report(r: dict[str, Any]) -> str:
 
 def run(args: Any) -> dict[str, Any]:
     """Run LULESH in ``args.mode``; rank 0 returns the results, the other ranks an empty dict."""
+    import pad
     import pad.mpi
+    from apps.lulesh.hydro import device_bytes
 
     comm = pad.mpi.COMM_WORLD
     threads = cli.set_threads(args.threads, comm.mpi) if args.device == "cpu" else 1
-    memory = cli.Memory(args.device, comm.mpi)
+    held = device_bytes(args.s, args.mode, min(args.snapshots or 0, args.i)) + (args.memory or 0)
+    need = cli.DeviceNeed(held, f"LULESH -s {args.s} --mode {args.mode}")
+    memory = cli.Memory(args.device, comm.mpi, needs=need)
     args.resumable = _resumable(args, comm, threads)
     try:
-        return _run(args, comm, threads, memory)
+        return _run(args, comm, threads, memory, need)
     finally:
         if args.resumable is not None:
             args.resumable.close()
 
 
-def _run(args: Any, comm: Any, threads: int, memory: Any) -> dict[str, Any]:
+def _run(args: Any, comm: Any, threads: int, memory: Any, need: Any) -> dict[str, Any]:
+    import pad
+    import pad.mpi
     from apps.lulesh import mesh
     from apps.lulesh.hydro import Hydro, default_parameters
 
@@ -230,21 +275,29 @@ def _run(args: Any, comm: Any, threads: int, memory: Any) -> dict[str, Any]:
         print(_banner(args, comm.size, threads), flush=True)
     hydro = Hydro(mesh.build(args.s, comm.size, comm.rank, args.r, args.b, args.c), comm, memory)
     parameters = default_parameters(args.s, hydro.mesh.tp) | args.set
-    # Compile every kernel on a throwaway cycle, so the timed loop measures the program, not numba.
-    _timed(hydro, parameters, 1)
+    # Compile every kernel the mode needs, in parallel processes, then load them on a throwaway run: the timed
+    # loop measures the program, not numba.
+    ahead, compiled = _warm(hydro, lambda: pad.precompile(_rehearsal, hydro, parameters, args, comm=comm))
+    warm = _warm(hydro, lambda: _timed(hydro, parameters, WARM_CYCLES))[0]
     if args.device == "gpu":
         cli.warm_up(lambda cycles: _timed(hydro, parameters, cycles)[2])
 
     bar = cli.progress(100.0, root and not args.q, f"lulesh -s {args.s}", unit="%")
+    pad.mpi.reset_stats()
     try:
         state, cycles, seconds = _timed(hydro, parameters, args.i, _on_cycle(args, hydro, bar))
     finally:
         bar.close()
     record = _record(args, hydro, state, cycles, seconds, threads)
+    record["compile_s"] = ahead + _compile_seconds(warm, seconds / max(cycles, 1))
+    record["precompile"] = compiled
+    record["mpi"] = {**pad.mpi.transport(), "primal": _mpi_per_cycle(hydro, cycles)}
     if args.mode == "grad":
         record.update(_grad(args, hydro, parameters, record))
     elif args.mode == "sensitivity":
         record.update(_sensitivity(args, hydro, parameters, record))
+    if args.device == "gpu":
+        record["gpu_memory"] = {"estimate_bytes": need.nbytes, "held_bytes": memory.held_bytes()}
     return record if root else {}
 
 
@@ -298,6 +351,35 @@ def _timed(hydro: Any, parameters: dict[str, float], cycles: int, on_cycle: Any 
     return state, cycles, seconds
 
 
+def _rehearsal(hydro: Any, parameters: dict[str, float], args: Any) -> None:
+    """The warm-up runs of ``args.mode``, for ``pad.precompile`` to note their launches."""
+    from apps.lulesh.adjoint import StepGradient, sensitivity
+
+    _timed(hydro, parameters, WARM_CYCLES)
+    if args.mode == "grad":
+        _timed(hydro, parameters, WARM_CYCLES, leapfrog=StepGradient(hydro))
+    if args.mode == "sensitivity":
+        sensitivity(hydro, WARM_CYCLES, parameters, args.snapshots)
+
+
+def _warm(hydro: Any, work: Any) -> tuple[float, Any]:
+    """Seconds of the slowest rank's ``work()`` (a warm-up run, which compiles the kernels it launches: see
+    ``_compile_seconds``), and what it returned."""
+    import pad.mpi
+
+    hydro.comm.Barrier()
+    start = time.perf_counter()
+    out = work()
+    hydro.memory.sync()
+    return float(hydro.comm.mpi.allreduce(time.perf_counter() - start, op=pad.mpi.MAX)), out
+
+
+def _compile_seconds(warm: float, per_cycle: float) -> float:
+    """``compile_s``: a warm-up run's seconds beyond what its ``WARM_CYCLES`` cycles take when timed, i.e.
+    compiling its kernels (or loading them from the cache) and recording its ``pad.graph`` replays."""
+    return max(0.0, warm - WARM_CYCLES * per_cycle)
+
+
 def _on_cycle(args: Any, hydro: Any, bar: Any) -> Any:
     """The progress bar's and ``-p``'s view of each cycle."""
     done = [0.0]
@@ -320,14 +402,21 @@ def _record(args: Any, hydro: Any, state: Any, cycles: int, seconds: float, thre
     max_abs, total_abs, max_rel = symmetry(e, args.s)
     grind = seconds * 1e6 / max(cycles, 1) / args.s**3
     energy = float(e[0])
-    checks: dict[str, Any] = {"symmetry": {"max_rel_diff": max_rel, "tolerance": SYMMETRY_TOLERANCE}}
-    valid = bool(np.isfinite(e).all()) and max_rel <= SYMMETRY_TOLERANCE
+    what = "symmetry of rank 0's energies on the z = 0 plane (MaxRelDiff)"
+    checks: dict[str, Any] = {
+        "symmetry": {"max_rel_diff": max_rel}
+        | cli.verdict(what, max_rel <= SYMMETRY_TOLERANCE, max_rel, SYMMETRY_TOLERANCE)
+    }
     edge = round(size ** (1 / 3)) * args.s
     known = None if args.set else REFERENCE.get((edge, None if args.i == UNTIL_COMPLETION else args.i))
     if known is not None:
         iterations, printed = known
-        checks["reference"] = {"iterations": iterations, "final_origin_energy": printed}
-        valid = valid and cycles == iterations and f"{energy:12.6e}".strip() == printed
+        what = f"iteration count and Final Origin Energy equal the C++ original's ({iterations}, {printed})"
+        same = cycles == iterations and f"{energy:12.6e}".strip() == printed
+        checks["reference"] = {"iterations": iterations, "final_origin_energy": printed} | cli.verdict(
+            what, same
+        )
+    valid = bool(np.isfinite(e).all()) and all(c["passed"] for c in checks.values())
     return {
         "app": "lulesh",
         "mode": args.mode,
@@ -360,26 +449,73 @@ def _record(args: Any, hydro: Any, state: Any, cycles: int, seconds: float, thre
 
 def _grad(args: Any, hydro: Any, parameters: dict[str, float], primal: dict[str, Any]) -> dict[str, Any]:
     """``--mode grad``: the same run with each leap-frog step differentiated (Enzyme's measurement)."""
+    import pad.mpi
     from apps.lulesh.adjoint import StepGradient, check_step
 
     step = StepGradient(hydro)
-    _timed(hydro, parameters, 1, leapfrog=step)  # compiles the adjoints
+    warm = _warm(hydro, lambda: _timed(hydro, parameters, WARM_CYCLES, leapfrog=step))[0]  # the adjoints
     bar = cli.progress(100.0, hydro.rank == 0 and not args.q, f"lulesh -s {args.s} gradient", unit="%")
+    pad.mpi.reset_stats()
     try:
         state, cycles, seconds = _timed(hydro, parameters, args.i, _on_cycle(args, hydro, bar), step)
     finally:
         bar.close()
+    mpi = primal["mpi"] | {"grad": _mpi_per_cycle(hydro, cycles)}
     energy = float(hydro.memory.get(state.e)[0])
-    same = cycles == primal["iterations"] and energy == primal["final_origin_energy"]
-    checks = {"gradient_run_equals_primal": same}
+    checks = {"gradient_run_equals_primal": _same_run(cycles, energy, primal)}
     if args.check:
-        checks["gradient"] = check_step(hydro, _state_at(hydro, parameters, CHECK_CYCLE))
+        checks["gradient"] = _step_verdicts(check_step(hydro, _state_at(hydro, parameters, CHECK_CYCLE)))
     out = {
         "time_grad_s": seconds / max(cycles, 1),
         "overhead": seconds / primal["elapsed_s"] if primal["elapsed_s"] else None,
         "gradient_norm": _norm(hydro, step.shadows),
+        "compile_s": primal["compile_s"] + _compile_seconds(warm, seconds / max(cycles, 1)),
+        "mpi": mpi,
     }
     return _merge_checks(primal, checks, out)
+
+
+def _same_run(cycles: int, energy: float, primal: dict[str, Any]) -> dict[str, Any]:
+    same = cycles == primal["iterations"] and energy == primal["final_origin_energy"]
+    return cli.verdict("the gradient run's cycles and Final Origin Energy equal the primal run's", same)
+
+
+def _step_verdicts(check: dict[str, Any]) -> dict[str, Any]:
+    """``check_step``'s result with a verdict per part."""
+    from apps.lulesh.adjoint import STEP_TOLERANCES as tol
+
+    entries, dot, along = check["entries_rel_error"], check["dot_product"], check["direction"]
+    parts = [
+        cli.verdict(
+            f"{len(check['entries'])} entries of cycle {CHECK_CYCLE}'s gradient against central differences",
+            entries < tol["entries"], entries, tol["entries"],
+        ),
+        cli.verdict(
+            "forward mode against reverse mode (dot-product test)",
+            dot["rel_error"] < tol["dot_product"], dot["rel_error"], tol["dot_product"],
+        ),
+        cli.verdict(
+            "forward mode against central differences along a direction",
+            along["rel_error"] < tol["direction"], along["rel_error"], tol["direction"],
+        ),
+    ]  # fmt: skip
+    return check | {"parts": parts}
+
+
+def _mpi_per_cycle(hydro: Any, cycles: int) -> dict[str, dict[str, float]]:
+    """pad.mpi's counters since they were reset, per cycle, for each phase that made calls: bytes received,
+    calls and bytes staged between device and host summed over the ranks, the slowest rank's seconds."""
+    import pad.mpi
+
+    mine = pad.mpi.stats()
+    every = hydro.comm.mpi.allgather(mine) if hydro.comm.size > 1 else [mine]
+    per = max(cycles, 1)
+    out = {}
+    for phase in mine:
+        total = {name: sum(counts[phase][name] for counts in every) / per for name in mine[phase]}
+        if total["calls"]:
+            out[phase] = total | {"seconds": max(counts[phase]["seconds"] for counts in every) / per}
+    return out
 
 
 def _state_at(hydro: Any, parameters: dict[str, float], cycle: int) -> Any:
@@ -401,7 +537,7 @@ def _norm(hydro: Any, arrays: dict[str, Any]) -> float:
 
 def _merge_checks(primal: dict[str, Any], checks: dict[str, Any], out: dict[str, Any]) -> dict[str, Any]:
     """``out`` with the primal's checks and these, ``valid`` only if all passed."""
-    passed = all(c if isinstance(c, bool) else c["passed"] for c in checks.values())
+    passed = all(c["passed"] for c in checks.values())
     return out | {"checks": primal["checks"] | checks, "valid": primal["valid"] and passed}
 
 
@@ -410,31 +546,33 @@ def _sensitivity(
 ) -> dict[str, Any]:
     """``--mode sensitivity``: the gradient of the whole run's Final Origin Energy."""
     import pad.checkpoint
+    import pad.mpi
     from apps.lulesh.adjoint import check_sensitivity, gather, sensitivity
 
-    # compiles the adjoints and measures a snapshot and a cycle's records
-    probe = sensitivity(hydro, 2, parameters, memory=1 << 62).stats
-    budget = None if args.snapshots is not None else _budget(args, hydro, probe)
+    # the warm-up measures a snapshot and a cycle's records too, for the budget
+    warm, probe = _warm(hydro, lambda: sensitivity(hydro, WARM_CYCLES, parameters, memory=1 << 62))
+    budget = None if args.snapshots is not None else _budget(args, hydro, probe.stats)
     if args.resumable is not None and hydro.rank == 0:
         print(
             f"lulesh: whole-run gradient started; SIGTERM or the time limit saves it in "
             f"{args.resumable.directory}", file=sys.stderr, flush=True,
         )  # fmt: skip
+    pad.mpi.reset_stats()
     result = sensitivity(
         hydro, args.i, parameters, args.snapshots, memory=budget, resumable=args.resumable,
         expected_cycles=primal["iterations"],
     )  # fmt: skip
+    mpi = primal["mpi"] | {"sensitivity": _mpi_per_cycle(hydro, result.cycles)}
     coords = gather(hydro, "xv", result.coords)
-    same = result.cycles == primal["iterations"] and result.energy == primal["final_origin_energy"]
-    checks = {"gradient_run_equals_primal": same}
+    checks = {"gradient_run_equals_primal": _same_run(result.cycles, result.energy, primal)}
     if args.check:
-        checks["gradient"] = check_sensitivity(hydro, result, parameters)
+        checks["gradient"] = _run_verdicts(check_sensitivity(hydro, result, parameters))
     if coords is None:
         return {}
     if args.grad_output:
         np.save(args.grad_output, coords.T)
     if args.plot:
-        _plot(args.plot, coords, args.s * hydro.mesh.tp)
+        _plot(args, coords, hydro.mesh.tp, result.cycles)
     stats = result.stats
     if budget is None:
         best = ("revolve", pad.checkpoint.optimal_recomputations(stats.nsteps, args.snapshots))
@@ -458,6 +596,8 @@ def _sensitivity(
         "snapshot_bytes": stats.snapshot_bytes,
         "record_bytes": stats.record_bytes,
         "sessions": stats.sessions,
+        "compile_s": primal["compile_s"] + _compile_seconds(warm, result.seconds / max(result.cycles, 1)),
+        "mpi": mpi,
     }
     return _merge_checks(primal, checks, out)
 
@@ -465,11 +605,11 @@ def _sensitivity(
 def _budget(args: Any, hydro: Any, probe: Any) -> int:
     """The loop's memory per rank: ``--memory`` or a share of the free memory, checked against the least
     a schedule needs (one snapshot, one cycle's records, the final state's copy: measured by ``probe``)."""
+    import pad.mpi
     from pad.checkpoint import format_size
 
-    mpi = hydro.comm.mpi
     need = probe.snapshot_bytes + probe.record_bytes + probe.state_bytes
-    need = mpi.allreduce(need, op=_max()) if hydro.comm.size > 1 else need
+    need = hydro.comm.mpi.allreduce(need, op=pad.mpi.MAX) if hydro.comm.size > 1 else need
     if args.memory is None:
         return max(int(_free_memory(hydro) * MEMORY_SHARE), need)
     if args.memory < need:
@@ -479,12 +619,6 @@ def _budget(args: Any, hydro: Any, probe: Any) -> int:
             f"cycle's records of {format_size(probe.record_bytes)} and the final state's copy)"
         )
     return int(args.memory)
-
-
-def _max() -> Any:
-    import pad.mpi
-
-    return pad.mpi.MAX
 
 
 def _free_memory(hydro: Any) -> int:
@@ -500,21 +634,77 @@ def _free_memory(hydro: Any) -> int:
     return int(free)
 
 
-def _plot(path: str, coords: np.ndarray, edge: int) -> None:
-    """|dJ/dx| at the nodes of the z = 0 plane (the first ``(edge + 1)^2`` nodes in global order)."""
+def _run_verdicts(check: dict[str, Any]) -> dict[str, Any]:
+    """``check_sensitivity``'s result with a verdict per entry."""
+    from apps.lulesh.adjoint import RUN_TOLERANCE
+
+    parts = [
+        cli.verdict(
+            f"dJ/d({e['what']}) against central differences of whole runs",
+            e["rel_error"] < RUN_TOLERANCE, e["rel_error"], RUN_TOLERANCE,
+        )
+        for e in check["entries"]
+    ]  # fmt: skip
+    return check | {"parts": parts}
+
+
+def _plot(args: Any, coords: np.ndarray, tp: int, cycles: int) -> None:
+    """``--plot``: ``sensitivity_figure`` saved as a PNG."""
+    fig = sensitivity_figure(args, coords, tp, cycles)
+    import matplotlib.pyplot as plt
+
+    fig.savefig(args.plot, dpi=120, bbox_inches="tight")
+    plt.close(fig)
+
+
+def sensitivity_figure(args: Any, coords: np.ndarray, tp: int, cycles: int) -> Any:
+    """dJ/d(initial coordinates) on the plane of nodes ``z = K h`` (``--plot-slice K``), the vectors'
+    length or one signed component, each node's value drawn on a cell centred on the node. Colours are
+    symmetric-logarithmic by default: logarithmic in the size from the smallest non-zero size up, linear
+    below it, so that the exact zeros (nodes the blast has not reached) show as zeros. ``coords``: (3,
+    nodes) in global order; ``tp`` ranks per side."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.colors import Normalize, SymLogNorm
 
+    edge, k = args.s * tp, args.plot_slice or 0
+    component, scale = args.plot_component or "norm", args.plot_scale or "symlog"
     n = edge + 1
-    plane = np.linalg.norm(coords[:, : n * n], axis=0).reshape(n, n)
-    fig, ax = plt.subplots(figsize=(5.5, 4.5))
-    image = ax.imshow(plane, origin="lower", extent=(0.0, 1.125, 0.0, 1.125), cmap="viridis")
-    fig.colorbar(image, ax=ax, label="|dJ/dx| (J: Final Origin Energy)")
-    ax.set(xlabel="x", ylabel="y", title=f"LULESH -s {edge}: sensitivity to the initial mesh, z = 0")
-    fig.savefig(path, dpi=120, bbox_inches="tight")
-    plt.close(fig)
+    plane = coords[:, k * n * n : (k + 1) * n * n]
+    values = np.linalg.norm(plane, axis=0) if component == "norm" else plane["xyz".index(component)]
+    values = values.reshape(n, n)  # rows y, columns x
+    sizes = np.abs(values)
+    largest = float(sizes.max()) or 1.0
+    smallest = float(sizes[sizes > 0].min(initial=largest))
+    low = 0.0 if component == "norm" else -largest
+    contours = args.plot_contours or 0
+    if scale == "symlog":
+        norm: Normalize = SymLogNorm(linthresh=max(smallest, 1e-12 * largest), vmin=low, vmax=largest)
+        decades = largest * 10.0 ** -np.arange(contours)[::-1]  # a decade apart, from the largest down
+        levels = decades if component == "norm" else np.concatenate([-decades[::-1], decades])
+    else:
+        norm = Normalize(vmin=low, vmax=largest)
+        levels = np.linspace(low, largest, contours + 2)[1:-1]
+    spacing = 1.125 / edge
+    grid = np.arange(n) * spacing
+    fig, ax = plt.subplots(figsize=(6.4, 5.4))
+    cmap = "viridis" if component == "norm" else "RdBu_r"
+    image = ax.pcolormesh(grid, grid, values, shading="nearest", cmap=cmap, norm=norm)
+    if len(levels):
+        ax.contour(grid, grid, values, levels=levels, colors="k", linewidths=0.6)
+    what = "|dJ/dx|" if component == "norm" else f"dJ/d{component}"
+    fig.colorbar(image, ax=ax, label=f"{what} at the node (J: Final Origin Energy)")
+    ranks = f"{tp**3} ranks of -s {args.s}" if tp > 1 else f"1 rank, -s {args.s}"
+    ax.set_aspect("equal")
+    ax.set(
+        xlabel="x",
+        ylabel="y",
+        title=f"LULESH, {edge}x{edge}x{edge} elements ({ranks}), {cycles} cycles:\n"
+        f"sensitivity of J to the initial node positions at z = {k * spacing:.4g} (node plane {k} of 0-{edge})",
+    )
+    return fig
 
 
 def _gradient_lines(r: dict[str, Any]) -> str:
@@ -542,48 +732,52 @@ def _gradient_lines(r: dict[str, Any]) -> str:
     )
 
 
+def _check_lines(r: dict[str, Any]) -> str:
+    """The checks' verdicts and the warm-up's time, before the original's report."""
+    lines = cli.check_lines(r["checks"])
+    lines.append(f"Warm-up (compiles)   = {r['compile_s']:10.4g} (s), excluded from the times below")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
+    from mpi4py import MPI
+
     from apps.lulesh.hydro import Abort
     from apps.lulesh.mesh import decompose
     from pad.checkpoint import SaveError, Stopped
 
-    rank = _rank()
     started = time.monotonic()  # --time-limit counts from here
     try:
+        cli.check_launched(MPI)
         args = parse_args(argv)
         args.started = started
-        decompose(_size(), rank)
+        decompose(_size(), MPI.COMM_WORLD.Get_rank())
         result = run(args)
     except InputError as exc:
-        if rank == 0:
+        if cli.first_rank():
             print(f"lulesh: error: {exc}", file=sys.stderr)
         return cli.EXIT_BAD_INPUT
     except Abort as exc:
         print(f"lulesh: {exc}", file=sys.stderr, flush=True)
         return exc.code & 0xFF
     except Stopped as exc:
-        if rank == 0:
+        if cli.first_rank():
             print(f"lulesh: {exc}; finish it with --resume {exc.directory}", file=sys.stderr, flush=True)
         return exc.exit_status
     except SaveError as exc:
-        if rank == 0:
+        if cli.first_rank():
             print(f"lulesh: {exc.strerror}", file=sys.stderr, flush=True)
         return EXIT_SAVE_FAILED
     if result:
         if not args.q:
             if args.mode != "primal":
                 print(_gradient_lines(result), flush=True)
+            print(_check_lines(result), flush=True)
             print(report(result), flush=True)
         if args.json:
             cli.write_json(args.json, result)
         return 0 if result["valid"] else 1
     return 0
-
-
-def _rank() -> int:
-    from mpi4py import MPI
-
-    return int(MPI.COMM_WORLD.Get_rank())
 
 
 def _size() -> int:

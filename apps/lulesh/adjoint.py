@@ -47,6 +47,12 @@ RUN_FD_STEP = 1.0e-5
 """Central differences of whole runs: parameters moved by this fraction of their values, coordinates by
 this fraction of the mesh spacing (along a fixed direction of unit size per node)."""
 
+STEP_TOLERANCES = {"entries": 1e-4, "dot_product": 1e-10, "direction": 1e-5}
+"""``check_step``'s relative errors below which each part passes."""
+
+RUN_TOLERANCE = 1e-5
+"""``check_sensitivity``'s relative error below which each derivative passes."""
+
 
 def pattern(ids: np.ndarray, salt: int) -> np.ndarray:
     """Deterministic values in +-[0.5, 1.5), a function of global numbers: the same for any rank count."""
@@ -230,7 +236,11 @@ def check_step(hydro: Hydro, s: State) -> dict[str, Any]:
         "direction": {"fd": along, "forward": forward, "rel_error": along_error},
         "fd_step": FD_STEP,
         "jitter": JITTER,
-        "passed": bool(dot < 1e-10 and along_error < 1e-5 and worst_entry < 1e-4),
+        "passed": bool(
+            dot < STEP_TOLERANCES["dot_product"]
+            and along_error < STEP_TOLERANCES["direction"]
+            and worst_entry < STEP_TOLERANCES["entries"]
+        ),
     }
 
 
@@ -375,4 +385,4 @@ def check_sensitivity(hydro: Hydro, result: Sensitivity, parameters: dict[str, f
     checks = [
         {"what": n, "gradient": g, "fd": fd, "step": h, "rel_error": rel(g, fd)} for n, g, fd, h in rows
     ]
-    return {"entries": checks, "passed": all(rel(g, fd) < 1e-5 for _, g, fd, _ in rows)}
+    return {"entries": checks, "passed": all(rel(g, fd) < RUN_TOLERANCE for _, g, fd, _ in rows)}

@@ -65,6 +65,35 @@ def default_parameters(nx: int, tp: int) -> dict[str, float]:
     }
 
 
+DEVICE_BYTES = {
+    "primal": (478, 86, 430),
+    "grad": (1226, 580, 746),
+    "sensitivity": (924, 605, 748),
+    "snapshot": (370, 71, 114),
+}
+"""Device bytes of one rank's run per element, per node and once, by mode, and of each state snapshot that a
+whole-run gradient holds: the most device arrays alive at once in one-rank runs on numba's simulator at -s 3,
+4, 5 and 6 (two cycles, three for the snapshots, Python's garbage collector off, so that a cycle's garbage
+counts until the next one), fitted by these three terms to within 10 bytes."""
+
+HALO_BYTES = 384
+"""Device bytes per node of a block's six faces: the halo exchanges' message buffers, in a gradient with
+their shadows and copies (an allowance; a one-rank run has none)."""
+
+
+def device_bytes(nx: int, mode: str, snapshots: int = 0) -> int:
+    """The device memory one rank's run of ``-s nx`` in ``mode`` allocates (estimated before it does), with
+    ``snapshots`` state copies held in ``sensitivity`` mode."""
+    elements, nodes = nx**3, (nx + 1) ** 3
+
+    def bytes_of(what: str) -> int:
+        per_element, per_node, once = DEVICE_BYTES[what]
+        return per_element * elements + per_node * nodes + once
+
+    held = snapshots * bytes_of("snapshot") if mode == "sensitivity" else 0
+    return bytes_of(mode) + held + HALO_BYTES * 6 * (nx + 1) ** 2
+
+
 class Abort(Exception):
     """A physics abort of the original (negative volume, q above qstop), agreed on every rank."""
 
@@ -132,8 +161,11 @@ class Hydro:
         self.rep = put(mesh.rep)
         self.gamma = put(GAMMA)
         # scratch: rewritten every cycle before it is read
-        self.fs = put(np.zeros((3, 8, nelem)))  # stress and hourglass forces per corner (see mesh)
-        self.fh = put(np.zeros((3, 8, nelem)))
+        # Stress and hourglass forces per corner (see mesh). A GPU sums the two per corner, as LLNL's CUDA
+        # port does (half the bytes); CPUs keep them apart and sum each in the C++ original's order.
+        self.combined = memory.device == "gpu"
+        self.fs = put(np.zeros((3, 8, nelem)))
+        self.fh = put(np.zeros((3, 8, 0 if self.combined else nelem)))
         self.fs_corners, self.fh_corners = self.fs.reshape(3, -1), self.fh.reshape(3, -1)
         self.determ = put(np.zeros(nelem))
         self.force = put(np.zeros((3, nnode)))
@@ -216,11 +248,12 @@ class Hydro:
         m = self.mesh
         pad.launch(
             K.k_element_forces, m.nelem, self.nodelist, self.gamma, s.xv, s.p, s.q, s.volo, s.v, s.ss,
-            s.elem_mass, s.params, self.fs, self.fh, self.determ, self.fault, self.earlier, self.flag,
+            s.elem_mass, s.params, self.combined, self.fs, self.fh, self.determ, self.fault, self.earlier,
+            self.flag,
         )  # fmt: skip
         pad.launch(
             K.k_gather_forces, m.nnode, self.corner_start, self.corner_list, self.fs_corners,
-            self.fh_corners, self.force,
+            self.fh_corners, self.combined, self.force,
         )  # fmt: skip
         self.node_halo.exchange(self.force.reshape(3, *self.side), "sum")
         pad.launch(K.k_advance_nodes, m.nnode, s.clock, self.force, s.nodal_mass, self.symmetry, s.xv)

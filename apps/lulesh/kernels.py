@@ -370,10 +370,28 @@ def k_time_increment(i, first, newdt, clock, stoptime, dtmax, multlb, multub, fa
 # ------------------------------------------------------------------------------------ nodal phase
 @pad.kernel
 def k_element_forces(
-    i, nodelist, gamma, xv, p, q, volo, v, ss, elem_mass, params, fs, fh, determ, fault, earlier, flag
+    i,
+    nodelist,
+    gamma,
+    xv,
+    p,
+    q,
+    volo,
+    v,
+    ss,
+    elem_mass,
+    params,
+    combined,
+    fs,
+    fh,
+    determ,
+    fault,
+    earlier,
+    flag,
 ):
     """Per element and corner: the stress force (IntegrateStressForElems) and the Flanagan-Belytschko
-    hourglass force (CalcFBHourglassForceForElems), each into its own corner array."""
+    hourglass force (CalcFBHourglassForceForElems), each into its own corner array, or with ``combined``
+    their sum into ``fs`` (as LLNL's CUDA port does: half the bytes, sums rounded otherwise)."""
     x = pad.local_array(8)
     y = pad.local_array(8)
     z = pad.local_array(8)
@@ -388,16 +406,8 @@ def k_element_forces(
     determ[i] = jacobian
     if jacobian <= 0.0:
         count_fault(fault, earlier, flag, i, DETERM)
-    pfx = pad.local_array(8)
-    pfy = pad.local_array(8)
-    pfz = pad.local_array(8)
-    node_normals(x, y, z, pfx, pfy, pfz)
-    for k in range(8):
-        fs[0, k, i] = -(sig * pfx[k])
-        fs[1, k, i] = -(sig * pfy[k])
-        fs[2, k, i] = -(sig * pfz[k])
 
-    # hourglass control
+    # hourglass control (before the stress's normals: fewer values live at once)
     dvdx = pad.local_array(8)
     dvdy = pad.local_array(8)
     dvdz = pad.local_array(8)
@@ -405,6 +415,9 @@ def k_element_forces(
     volume = volo[i] * v[i]
     if v[i] <= 0.0:
         count_fault(fault, earlier, flag, i, VOLUME)
+    hx = pad.local_array(8)
+    hy = pad.local_array(8)
+    hz = pad.local_array(8)
     hgcoef = params[HGCOEF]
     if hgcoef > 0.0:
         hourgam = pad.local_array((8, 4))
@@ -428,18 +441,34 @@ def k_element_forces(
         gather(nodelist, i, xv, 3, xd)
         gather(nodelist, i, xv, 4, yd)
         gather(nodelist, i, xv, 5, zd)
-        hourglass_force(hourgam, coefficient, xd, fh, 0, i)
-        hourglass_force(hourgam, coefficient, yd, fh, 1, i)
-        hourglass_force(hourgam, coefficient, zd, fh, 2, i)
+        hourglass_force(hourgam, coefficient, xd, hx)
+        hourglass_force(hourgam, coefficient, yd, hy)
+        hourglass_force(hourgam, coefficient, zd, hz)
     else:
         for k in range(8):
-            fh[0, k, i] = 0.0
-            fh[1, k, i] = 0.0
-            fh[2, k, i] = 0.0
+            hx[k] = 0.0
+            hy[k] = 0.0
+            hz[k] = 0.0
+    pfx = pad.local_array(8)
+    pfy = pad.local_array(8)
+    pfz = pad.local_array(8)
+    node_normals(x, y, z, pfx, pfy, pfz)
+    for k in range(8):
+        if combined:
+            fs[0, k, i] = -(sig * pfx[k]) + hx[k]
+            fs[1, k, i] = -(sig * pfy[k]) + hy[k]
+            fs[2, k, i] = -(sig * pfz[k]) + hz[k]
+        else:
+            fs[0, k, i] = -(sig * pfx[k])
+            fs[1, k, i] = -(sig * pfy[k])
+            fs[2, k, i] = -(sig * pfz[k])
+            fh[0, k, i] = hx[k]
+            fh[1, k, i] = hy[k]
+            fh[2, k, i] = hz[k]
 
 
 @pad.func
-def hourglass_force(hourgam, coefficient, vel, fh, axis, i):
+def hourglass_force(hourgam, coefficient, vel, force):
     """One component of the hourglass force on the element's corners (CalcElemFBHourglassForce)."""
     h0 = 0.0
     h1 = 0.0
@@ -451,14 +480,15 @@ def hourglass_force(hourgam, coefficient, vel, fh, axis, i):
         h2 += hourgam[k, 2] * vel[k]
         h3 += hourgam[k, 3] * vel[k]
     for k in range(8):
-        fh[axis, k, i] = coefficient * (
+        force[k] = coefficient * (
             hourgam[k, 0] * h0 + hourgam[k, 1] * h1 + hourgam[k, 2] * h2 + hourgam[k, 3] * h3
         )
 
 
 @pad.kernel
-def k_gather_forces(n, corner_start, corner_list, fs, fh, f):
-    """Each node's force: its corners' stress forces, plus their hourglass forces (in element order).
+def k_gather_forces(n, corner_start, corner_list, fs, fh, combined, f):
+    """Each node's force: its corners' stress forces, plus their hourglass forces (in element order), or
+    with ``combined`` the sums of both that ``k_element_forces`` left in ``fs``.
 
     ``fs`` and ``fh`` are the corner forces flattened to ``(3, 8 * nelem)``: corner ``k * nelem + e``."""
     sx = 0.0
@@ -472,9 +502,10 @@ def k_gather_forces(n, corner_start, corner_list, fs, fh, f):
         sx += fs[0, corner]
         sy += fs[1, corner]
         sz += fs[2, corner]
-        hx += fh[0, corner]
-        hy += fh[1, corner]
-        hz += fh[2, corner]
+        if not combined:
+            hx += fh[0, corner]
+            hy += fh[1, corner]
+            hz += fh[2, corner]
     f[0, n] = sx + hx
     f[1, n] = sy + hy
     f[2, n] = sz + hz

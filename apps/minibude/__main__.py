@@ -9,7 +9,6 @@ Bad input prints one line naming the file or flag and exits with status 2.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from typing import Any
 
@@ -18,25 +17,40 @@ import numpy as np
 from apps import cli
 from apps.cli import InputError
 from apps.minibude.deck import Deck, find_deck, read_deck, synthetic_deck
-from apps.minibude.driver import WRT, Docking, verify
+from apps.minibude.driver import TOLERANCE, WRT, Docking, verify
+
+FD_TOLERANCE = 2e-2
+"""``--check``: the largest relative error of the gradient entries against float32 central differences."""
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = cli.Parser(prog="python -m apps.minibude", description=__doc__.split("\n")[0])
+    p = cli.Parser(prog="python -m apps.minibude", description=__doc__.split("\n")[0].replace("``", ""))
     p.add_argument(
         "--deck", metavar="DIR", help="deck directory, or bm1 (shipped; default: built-in synthetic deck)"
     )
     p.add_argument("--poses", type=cli.integer(1), metavar="N", help="use the first N poses of the deck")
-    p.add_argument("--iterations", type=cli.integer(1), default=8, help="timed iterations (default 8)")
-    p.add_argument("--ppwi", type=cli.integer(1), help="poses per work item (default 64 on cpu, 4 on gpu)")
-    p.add_argument("--threads", type=cli.integer(1), help="CPU threads per rank (default: all cores)")
-    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu")
-    p.add_argument("--mode", choices=("primal", "grad"), default="primal")
-    p.add_argument("--wrt", choices=WRT, default="protein", help="what grad mode differentiates")
+    p.add_argument(
+        "--iterations", type=cli.integer(1), default=8, help="timed iterations, after a warm-up one"
+    )
+    p.add_argument("--ppwi", type=cli.integer(1), help="poses per work item (default: 64 on cpu, 4 on gpu)")
+    p.add_argument(
+        "--threads",
+        type=cli.integer(1),
+        help="CPU threads per rank (default: the cores shared by the node's ranks)",
+    )
+    p.add_argument("--device", choices=("cpu", "gpu"), default="cpu", help="where the arrays live")
+    p.add_argument(
+        "--mode", choices=("primal", "grad"), default="primal", help="energies, or their gradient too"
+    )
+    p.add_argument(
+        "--wrt", choices=WRT, help="grad: what to differentiate with respect to (default: protein)"
+    )
     p.add_argument("--json", metavar="PATH", help="write the machine-readable results here")
     p.add_argument("--output", metavar="PATH", help="write the pose energies here, one per line")
     p.add_argument("--grad-output", metavar="PATH", help="write the gradient here (.npy)")
-    p.add_argument("--check", action="store_true", help="compare gradient entries with finite differences")
+    p.add_argument(
+        "--check", action="store_true", help="grad: compare gradient entries with central differences"
+    )
     p.add_argument(
         "--optimize",
         type=cli.integer(0, "must not be negative"),
@@ -47,20 +61,21 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     for flag in ("json", "output", "grad_output"):
         cli.check_writable("--" + flag.replace("_", "-"), getattr(args, flag))
-    if args.grad_output and args.mode != "grad":
-        raise InputError("--grad-output: needs --mode grad")
-    if args.check and args.mode != "grad":
-        raise InputError("--check: needs --mode grad")
+    for flag, given in (("--wrt", args.wrt), ("--grad-output", args.grad_output), ("--check", args.check)):
+        if given:
+            cli.only_with(flag, args.mode, ("grad",))
+    args.wrt = args.wrt or "protein"
     return args
 
 
 def _comm() -> Any:
     """COMM_WORLD when started by mpiexec/srun with more than one rank, else ``None``."""
-    size_vars = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "SLURM_NTASKS")
-    if not any(os.environ.get(v, "1") not in ("", "1") for v in size_vars):
+    launched = cli.launched_size()
+    if launched is None or launched[1] == 1:
         return None
     from mpi4py import MPI
 
+    cli.check_launched(MPI)
     return MPI.COMM_WORLD if MPI.COMM_WORLD.Get_size() > 1 else None
 
 
@@ -75,7 +90,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     deck = _load(args)
     threads = cli.set_threads(args.threads, comm) if args.device == "cpu" else 1
     ppwi = args.ppwi or (64 if args.device == "cpu" else 4)
-    dock = Docking(deck, ppwi=ppwi, device=args.device, comm=comm)
+    wrt = args.wrt if args.mode == "grad" else None
+    dock = Docking(deck, ppwi=ppwi, device=args.device, comm=comm, wrt=wrt)
     root = dock.rank == 0
     steps = args.iterations * (2 if args.mode == "grad" else 1)
     bar = cli.progress(steps, root, f"minibude {args.mode}")
@@ -90,25 +106,26 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             grad = dock.reduced_gradient(args.wrt, local_grad)
             if args.check:
                 fd = dock.finite_difference_check(args.wrt, local_grad)
-                if comm is not None:
-                    from mpi4py import MPI
-
-                    fd["fd_max_rel_err"] = comm.allreduce(fd["fd_max_rel_err"], op=MPI.MAX)
-                fd["fd_tolerance"] = 2e-2
-                checks["finite_differences"] = fd
+                what = f"{fd['components']} gradient entries against central differences of the energies"
+                checks["finite_differences"] = fd | cli.verdict(
+                    what, fd["max_rel_error"] <= FD_TOLERANCE, fd["max_rel_error"], FD_TOLERANCE
+                )
     finally:
         bar.close()
     optimized = _optimize(dock, args.optimize) if args.optimize else None
     if not root:
         return {}
     assert energies is not None
-    valid = bool(np.isfinite(energies).all())
+    finite = bool(np.isfinite(energies).all())
     if deck.ref_energies is not None:
         ok, worst = verify(energies, deck.ref_energies)
-        checks["reference"] = {"max_rel_diff": worst, "tolerance": 2.5e-4, "poses": deck.nposes}
-        valid = valid and ok
-    if "finite_differences" in checks:
-        valid = valid and checks["finite_differences"]["fd_max_rel_err"] <= 2e-2
+        what = (
+            f"{deck.nposes} pose energies against the deck's reference energies (largest relative difference)"
+        )
+        checks["reference"] = {"max_rel_diff": worst, "poses": deck.nposes} | cli.verdict(
+            what, ok, worst, TOLERANCE
+        )
+    valid = finite and all(c["passed"] for c in checks.values())
     if args.output:
         np.savetxt(args.output, energies, fmt="%.9g")
     if args.grad_output and grad is not None:
@@ -124,9 +141,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "iterations": args.iterations,
         "time_primal_s": t_primal,
         "time_grad_s": t_grad,
+        "compile_s": dock.compile_s,
         "overhead": None if t_grad is None else t_grad / t_primal,
         "valid": valid,
         "checks": checks,
+        "finite": finite,
         "wrt": args.wrt if args.mode == "grad" else None,
         "ginteractions_per_s": interactions / t_primal / 1e9,
         "energy_sum": float(energies.astype(np.float64).sum()),
@@ -180,8 +199,8 @@ def _summary(r: dict[str, Any]) -> str:
             f"  gradient wrt {r['wrt']}: {r['time_grad_s'] * 1e3:.2f} ms per iteration, "
             f"{r['overhead']:.2f}x the energies"
         )
-    for name, check in r["checks"].items():
-        lines.append(f"  check {name}: " + ", ".join(f"{k} {v:.3g}" for k, v in check.items()))
+    lines.append(f"  warm-up (compiles): {r['compile_s']:.2f} s, excluded from the times above")
+    lines += ["  " + line for line in cli.check_lines(r["checks"])]
     if "optimize" in r:
         o = r["optimize"]
         lines.append(
@@ -189,7 +208,12 @@ def _summary(r: dict[str, Any]) -> str:
             f"of {prob['nposes']} poses "
             f"(total drop {o['total_energy_drop']:.6g})"
         )
-    lines.append("  valid: " + ("yes" if r["valid"] else "NO"))
+    if not r["finite"]:
+        lines.append("  valid: NO (energies that are not finite)")
+    elif not r["checks"]:
+        lines.append("  valid: not checked (no reference energies in the deck; --check checks a gradient)")
+    else:
+        lines.append("  valid: " + ("yes" if r["valid"] else "NO"))
     return "\n".join(lines)
 
 
@@ -198,11 +222,11 @@ def main(argv: list[str] | None = None) -> int:
         args = parse_args(argv)
         result = run(args)
     except InputError as exc:
-        if _rank() == 0:
+        if cli.first_rank():
             print(f"minibude: error: {exc}", file=sys.stderr)
         return cli.EXIT_BAD_INPUT
     except OSError as exc:
-        if _rank() == 0:
+        if cli.first_rank():
             print(f"minibude: error: {exc.filename or ''}: {exc.strerror}", file=sys.stderr)
         return cli.EXIT_BAD_INPUT
     if result:
@@ -211,11 +235,6 @@ def main(argv: list[str] | None = None) -> int:
             cli.write_json(args.json, result)
         return 0 if result["valid"] else 1
     return 0
-
-
-def _rank() -> int:
-    mpi = sys.modules.get("mpi4py.MPI")
-    return int(mpi.COMM_WORLD.Get_rank()) if mpi is not None else 0
 
 
 if __name__ == "__main__":

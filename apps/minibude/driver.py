@@ -15,14 +15,33 @@ from typing import Any
 import numpy as np
 
 import pad
-from apps.cli import InputError, Memory, warm_up
+from apps.cli import DeviceNeed, InputError, Memory, warm_up
 from apps.minibude.deck import Deck
 from apps.minibude.kernels import NCOEF, fasten, fasten_x4, pair_coefficients
 
-__all__ = ["WRT", "Docking", "verify"]
+__all__ = ["TOLERANCE", "WRT", "Docking", "verify"]
 
 WRT = ("protein", "poses", "forcefield")
 TOLERANCE = 2.5e-4  # the reference's validity threshold: 0.025 %
+TAPE_BYTES = 14 * 8 * 16
+"""Adjoint tape bytes per work item on a GPU: 14 float64 values a lane (the fused ``fasten_x4`` adjoint's,
+counted on numba's simulator), at most 16 lanes a work item."""
+
+
+def device_bytes(deck: Deck, nlocal: int, ppwi: int, wrt: str | None) -> int:
+    """Device memory one rank's ``Docking`` of ``nlocal`` poses allocates (estimated from the sizes): the deck
+    (protein atoms with their pair coefficients, ligand, forcefield), its poses and energies, and, for a
+    gradient with respect to ``wrt``, the gradient, the energies' seed and the adjoint's tape."""
+    f4 = 4  # float32 and int32
+    total = f4 * (deck.natpro * (4 + NCOEF * deck.ntypes) + 4 * deck.natlig + 4 * deck.ntypes + 7 * nlocal)
+    if wrt is None:
+        return total
+    shadow = {
+        "protein": 3 * deck.natpro,
+        "poses": 6 * nlocal,
+        "forcefield": 3 * deck.ntypes + NCOEF * deck.ntypes * deck.natpro,
+    }[wrt]
+    return total + f4 * (shadow + nlocal) + -(-nlocal // ppwi) * TAPE_BYTES
 
 
 def _share(n: int, rank: int, size: int) -> tuple[int, int]:
@@ -35,10 +54,13 @@ def _share(n: int, rank: int, size: int) -> tuple[int, int]:
 class Docking:
     """A deck on one device, holding this rank's poses, ready to score and differentiate.
 
-    ``comm`` is an mpi4py communicator or ``None`` for a single process.
+    ``comm`` is an mpi4py communicator or ``None`` for a single process; ``wrt`` the gradient the run will
+    take (``None``: energies only), for the estimate of its device memory.
     """
 
-    def __init__(self, deck: Deck, ppwi: int = 64, device: str = "cpu", comm: Any = None) -> None:
+    def __init__(
+        self, deck: Deck, ppwi: int = 64, device: str = "cpu", comm: Any = None, wrt: str | None = None
+    ) -> None:
         if ppwi < 1:
             raise InputError(f"--ppwi: {ppwi} must be at least 1")
         self.deck, self.ppwi, self.device, self.comm = deck, ppwi, device, comm
@@ -47,7 +69,11 @@ class Docking:
         if self.size > deck.nposes:
             raise InputError(f"mpiexec -n {self.size}: more MPI ranks than poses ({deck.nposes})")
         self.lo, self.hi = _share(deck.nposes, self.rank, self.size)
-        self.memory = Memory(device, comm, simulator=False)  # CuPy arrays on a GPU, one GPU per rank
+        need = DeviceNeed(
+            device_bytes(deck, self.hi - self.lo, ppwi, wrt),
+            f"miniBUDE {self.hi - self.lo} poses" + (f", gradient wrt {wrt}" if wrt else ""),
+        )
+        self.memory = Memory(device, comm, simulator=False, needs=need)  # CuPy arrays; GPUs round-robin
         xp = self.xp = self.memory.module
         # Private copies (xp.array copies): drivers move poses and perturb inputs in place.
         self.protein_xyz = xp.array(np.ascontiguousarray(deck.protein_xyz.T))  # (3, natpro)
@@ -59,6 +85,7 @@ class Docking:
         self.poses = xp.array(np.ascontiguousarray(deck.poses[:, self.lo : self.hi]))
         self.coef = xp.zeros((deck.ntypes, NCOEF, deck.natpro), np.float32)
         self.energies = xp.zeros(self.hi - self.lo, np.float32)
+        self.compile_s = 0.0  # see timed
         self.update_coefficients()
 
     # -- launches ---------------------------------------------------------------------------------------
@@ -162,12 +189,14 @@ class Docking:
     # -- measurement ------------------------------------------------------------------------------------
     def timed(self, step: Callable[[], Any], iterations: int, progress: Callable[[int], None]) -> float:
         """Wall-clock seconds per call of ``step``, the slowest rank's, after one warm-up call (which
-        compiles) and on GPUs after ``apps.cli.GPU_WARM_S`` of calls (clocks rise under load)."""
-        step()
-        self.sync()
+        compiles) and on GPUs after ``apps.cli.GPU_WARM_S`` of calls (clocks rise under load). Adds the
+        warm-up call's seconds beyond a timed call's, compiling or loading its kernels, to ``compile_s``."""
+        warm = self._seconds(step, 1, lambda _: None)
         if self.device == "gpu":
             warm_up(lambda calls: calls * self._seconds(step, calls, lambda _: None))
-        return self._seconds(step, iterations, progress)
+        seconds = self._seconds(step, iterations, progress)
+        self.compile_s += max(0.0, warm - seconds)
+        return seconds
 
     def _seconds(self, step: Callable[[], Any], iterations: int, progress: Callable[[int], None]) -> float:
         if self.comm is not None:
@@ -181,36 +210,67 @@ class Docking:
         return max(self.comm.allgather(seconds)) if self.comm is not None else seconds
 
     # -- checks -----------------------------------------------------------------------------------------
-    def finite_difference_check(self, wrt: str, grad: Any, count: int = 4) -> dict[str, float]:
-        """Compare ``count`` components of this rank's gradient with central differences of its energy sum.
+    def finite_difference_check(self, wrt: str, grad: Any, count: int = 4) -> dict[str, Any]:
+        """Compare ``count`` entries of the whole gradient with central differences of the sum of all energies.
 
+        ``grad`` is this rank's gradient (``gradient(wrt)``). The whole gradient is every rank's: the sum over
+        ranks for the protein and the forcefield, which every rank holds, and every pose's own for the poses.
+        Every rank picks the same entries of it and moves them alike (a pose on the rank that holds it), and
+        the energies are summed over ranks, so the check and its verdict do not depend on the rank count.
         Energies are float32, so the step is relatively large (1e-3 relative) and agreement is about 1 %.
+        Returns the entries checked and the largest relative error, the same on every rank.
         """
-        host = self.memory.get(grad)
+        whole = self._whole_gradient(wrt, self.memory.get(grad).astype(np.float64))
         target = {"protein": self.protein_xyz, "poses": self.poses, "forcefield": self.ff_params}[wrt]
         rng = np.random.default_rng(7)
+        biggest = np.argsort(np.abs(whole).ravel(), kind="stable")[::-1][: max(1, count // 2)]
+        chosen = list(biggest) + list(rng.integers(0, whole.size, count - len(biggest)))
+        largest = float(np.abs(whole).max())
         worst = 0.0
-        biggest = np.argsort(np.abs(host).ravel())[::-1][: max(1, count // 2)]
-        chosen = list(biggest) + list(rng.integers(0, host.size, count - len(biggest)))
         for flat in chosen:
-            idx = np.unravel_index(int(flat), host.shape)
-            original = float(target[idx])
+            idx = np.unravel_index(int(flat), whole.shape)
+            here = self._local_index(wrt, idx)
+            held = float(target[here]) if here is not None else 0.0
+            original = self._allsum(held) if wrt == "poses" else held  # a pose: from the rank that holds it
             h = 1e-3 * max(1.0, abs(original))
             sums, points = [], []
-            for shift in (h, -h):
-                target[idx] = original + shift
-                points.append(float(target[idx]))  # the float32 value actually used
+            for value in (original + h, original - h):
+                used = target.dtype.type(value)  # the float32 value actually used
+                points.append(float(used))
+                if here is not None:
+                    target[here] = used
                 if wrt == "forcefield":
                     self.update_coefficients()
-                sums.append(float(self.memory.get(self.score()).astype(np.float64).sum()))
-            target[idx] = original
+                sums.append(self._allsum(float(self.memory.get(self.score()).astype(np.float64).sum())))
+            if here is not None:
+                target[here] = target.dtype.type(original)
             if wrt == "forcefield":
                 self.update_coefficients()
             fd = (sums[0] - sums[1]) / (points[0] - points[1])
-            scale = max(abs(fd), float(np.abs(host).max()) * 1e-3, 1e-6)
-            worst = max(worst, abs(fd - float(host[idx])) / scale)
+            scale = max(abs(fd), largest * 1e-3, 1e-6)
+            worst = max(worst, abs(fd - float(whole[idx])) / scale)
         self.score()
-        return {"fd_components": len(chosen), "fd_max_rel_err": worst}
+        return {"components": len(chosen), "max_rel_error": worst}
+
+    def _whole_gradient(self, wrt: str, local: np.ndarray) -> np.ndarray:
+        """Every rank's gradient together, on every rank: the poses' side by side, the shared data's summed."""
+        if self.comm is None:
+            return local
+        if wrt == "poses":
+            return np.concatenate(self.comm.allgather(local), axis=1)
+        total = np.empty_like(local)
+        self.comm.Allreduce(local, total)
+        return total
+
+    def _local_index(self, wrt: str, idx: tuple[Any, ...]) -> tuple[int, ...] | None:
+        """Where entry ``idx`` of the whole input lives on this rank (None: only on another rank)."""
+        if wrt != "poses":
+            return tuple(int(i) for i in idx)
+        component, pose = (int(i) for i in idx)
+        return (component, pose - self.lo) if self.lo <= pose < self.hi else None
+
+    def _allsum(self, value: float) -> float:
+        return float(self.comm.allreduce(value)) if self.comm is not None else value
 
 
 def _coefficients(ff_hbtype: Any, ff_params: Any, protein_type: Any, coef: Any) -> None:

@@ -433,7 +433,7 @@ def restore(lp: Any, r: Resumable) -> dict[str, Any]:
     by_path = names.by_path
     lp.ctx.will_write([by_path[path] for path in m["state"]])  # values kept before the loop are copied
     for path, name in m["state"].items():
-        a = by_path[path]
+        a = lp.ctx.writable(by_path[path])
         arrays.assign(a, r.array(name).reshape(a.shape))
     store = lp.store
     for path in m["state"]:

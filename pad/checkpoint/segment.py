@@ -20,7 +20,7 @@ class _SegmentRecord:
     def reverse(self) -> None:
         ctx = tape.current()
         assert ctx is not None
-        changed = [(a, k) for a, k in self._inputs if k.copied]
+        changed = [(ctx.writable(a), k) for a, k in self._inputs if k.copied]
         now = [a.copy() for a, _ in changed]  # to leave the primal arrays as the reverse pass found them
         ctx.will_write([a for a, _ in changed])
         for a, k in changed:

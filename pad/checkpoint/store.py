@@ -466,7 +466,9 @@ class Store:
             self._purge()
             snap = self.held[n]
             pairs = [
-                (r, snap[k]) for k, ref in list(self._roots.items()) if (r := ref()) is not None and k in snap
+                (self._ctx.writable(r), snap[k])  # arrays under differentiation are read-only to the program
+                for k, ref in list(self._roots.items())
+                if (r := ref()) is not None and k in snap
             ]
         for r, saved in pairs:
             if tuple(r.shape) != saved.shape:

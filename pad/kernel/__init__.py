@@ -14,10 +14,12 @@ from typing import Any
 import numpy as np
 
 from pad.annotations import Active, Const, Dup
+from pad.kernel import checks
+from pad.kernel.checks import debug
 from pad.kernel.compiler import MODES, Variant, build
 from pad.kernel.frontend import KernelSyntaxError, Source, kind_of_value
 
-__all__ = ["Func", "Kernel", "KernelSyntaxError", "Variant", "func", "kernel", "local_array", "show"]
+__all__ = ["Func", "Kernel", "KernelSyntaxError", "Variant", "debug", "func", "kernel", "local_array", "show"]
 
 
 class Kernel:
@@ -41,7 +43,10 @@ class Kernel:
     ) -> Variant:
         """The compiled variant for these arguments and target (cached per kinds, activity and target)."""
         active = active if active is not None else (False,) * len(args)
-        key = (mode, tuple(map(_signature, args)), active, target)
+        checked = checks.enabled() and (target == "cpu" or _simulated())
+        if checks.enabled() and not checked:
+            checks.gpu_unchecked()
+        key = (mode, tuple(map(_signature, args)), active, target, checked)
         hit = self._variants.get(key)
         if hit is None:
             kinds = [
@@ -50,11 +55,20 @@ class Kernel:
             with self._lock:
                 hit = self._variants.get(key)
                 if hit is None:
-                    hit = self._variants[key] = build(self.fn, kinds, active, mode, self.fastmath, target)
+                    hit = self._variants[key] = build(
+                        self.fn, kinds, active, mode, self.fastmath, target, checked
+                    )
         return hit
 
     def __repr__(self) -> str:
         return f"<pad.kernel {self.fn.__module__}.{self.fn.__qualname__}>"
+
+
+def _simulated() -> bool:
+    """Whether CUDA kernels run on numba's simulator (where PAD_DEBUG checks them)."""
+    from numba import config
+
+    return bool(config.ENABLE_CUDASIM)  # type: ignore[attr-defined]
 
 
 def _signature(a: Any) -> Any:
@@ -103,10 +117,11 @@ local_array._pad_local_array = True  # type: ignore[attr-defined]
 
 
 def show(k: Kernel, mode: str = "adjoint", *args: Any, file: Any = None, target: str = "cpu") -> str:
-    """Print (and return) the generated source of ``k`` for ``mode`` and example launch arguments.
+    """The generated source of ``k`` for ``mode`` and example launch arguments; printed to ``file`` when one is
+    given (``file=sys.stdout``).
 
     Arguments are given as to ``pad.launch`` (after ``n``), annotated with ``pad.Dup``/``pad.Active`` to
-    say which are active: ``pad.show(step, "adjoint", 2.0, pad.Dup(x, dx), pad.Dup(y, dy))``.
+    say which are active: ``print(pad.show(step, "adjoint", 2.0, pad.Dup(x, dx), pad.Dup(y, dy)))``.
     ``target="cuda"`` shows the CUDA kernel instead of the CPU launcher.
     """
     if mode not in MODES:
@@ -116,5 +131,6 @@ def show(k: Kernel, mode: str = "adjoint", *args: Any, file: Any = None, target:
     if target not in ("cpu", "cuda"):
         raise ValueError(f"target must be 'cpu' or 'cuda', not {target!r}")
     source = k.variant(values, mode, active if mode != "primal" else None, target).source
-    print(source, file=file)
+    if file is not None:
+        print(source, file=file)
     return source

@@ -35,7 +35,7 @@ from pad.kernel.ir import (
     names_in,
     walk,
 )
-from pad.kernel.rules import RULES
+from pad.kernel.rules import BITWISE, RULES
 
 FLOATS = ("f4", "f8")
 
@@ -151,6 +151,38 @@ def expr_type(e: Expr, types: dict[str, str], kinds: dict[str, Kind]) -> str | N
     if rule.result == "float" and ty not in (*FLOATS, WEAK):
         return "f8"
     return ty
+
+
+def check_types(body: list[Stmt], types: dict[str, str], kinds: dict[str, Kind], filename: str) -> None:
+    """Refuse, naming the line, what numba would reject with a typing error: float indices and range bounds,
+    bitwise operators on floats."""
+
+    def fail(s: Stmt, what: str, instead: str) -> KernelSyntaxError:
+        return KernelSyntaxError(f"{filename}:{s.line}: {what}; {instead}")
+
+    def integral(e: Expr) -> bool:
+        return expr_type(e, types, kinds) in ("i", "b", None)
+
+    for s in walk(body):
+        for e in exprs_of(s):
+            for x in _subexprs(e):
+                if isinstance(x, Elem) and not all(integral(j) for j in x.index):
+                    raise fail(s, f"an index of {x.array!r} is a float", "convert it with int(...)")
+                if isinstance(x, Call) and x.op in BITWISE and not all(integral(a) for a in x.args):
+                    raise fail(
+                        s, "a bitwise operator (& | ^ << >> ~) is applied to a float", "use it on integers"
+                    )
+        if isinstance(s, Store) and not all(integral(j) for j in s.index):
+            raise fail(s, f"an index of {s.array!r} is a float", "convert it with int(...)")
+        if isinstance(s, For) and not all(integral(b) for b in (s.start, s.stop, s.step)):
+            raise fail(s, "a range() bound is a float", "convert it with int(...)")
+
+
+def _subexprs(e: Expr) -> list[Expr]:
+    out = [e]
+    for a in e.args if isinstance(e, Call) else e.index if isinstance(e, Elem) else ():
+        out += _subexprs(a)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------- activity

@@ -22,6 +22,7 @@ from pad.kernel.analysis import (
     Activity,
     Definitions,
     activity,
+    check_types,
     definitions,
     infer_types,
     overwritten_arrays,
@@ -64,6 +65,7 @@ from pad.kernel.ir import (
     stored_arrays,
     walk,
 )
+from pad.kernel.races import racing_store
 from pad.kernel.reverse import Reverse, adj, private
 from pad.kernel.tangent import Tangent, tan
 
@@ -98,6 +100,12 @@ class Variant:
     # CPU: every private accumulation is at launch index + c, |c| <= halo: chunks of at least 2 * halo indices
     # run in two waves (even, then odd chunks) and add into the arrays themselves (launcher takes ``_nwaves``)
     halo: int = 0
+    # A plain store two launch indices may make to one element (races.racing_store): the message refusing a
+    # launch of more than one index, or ''
+    race: str = ""
+    # PAD_DEBUG: the checked accesses, (source line, array) per site of ``checks.out_of_range``; else None
+    sites: list[tuple[int, str]] | None = None
+    filename: str = ""
 
 
 def cache_dir() -> Path:
@@ -113,15 +121,19 @@ def build(
     mode: str,
     fastmath: bool,
     target: str = "cpu",
+    checked: bool = False,
 ) -> Variant:
-    """Lower, transform, print, compile (lazily, on first call) one variant of kernel ``fn`` for ``target``."""
+    """Lower, transform, print, compile (lazily, on first call) one variant of kernel ``fn`` for ``target``;
+    ``checked``: every array access bounds-checked (``pad.kernel.checks``)."""
     low = lower_kernel(fn, kinds)
     launch_index, params = low.params[0], low.params[1:]
     low.body, types = infer_types(low.body, low.kinds)
+    check_types(low.body, types, low.kinds, low.filename)
     active_inputs = {p for p, a in zip(params, active, strict=True) if a}
     act = useful(low.body, activity(low.body, types, active_inputs, low.kinds), low.kinds)
     defs = definitions(low.body, launch_index, low.kinds)  # what index ownership may look through
     reduced = reduced_arrays(low.body, launch_index, low.kinds, low.filename, defs)
+    race = racing_store(low.body, launch_index, low.kinds, low.filename, defs, fn.__name__)
     arrays = [k for k, p in enumerate(params) if isinstance(low.kinds[p], ArrayKind)]
     loaded_names, stored_names = loaded_arrays(low.body), stored_arrays(low.body)
     overwrites = overwritten_arrays(low.body, launch_index, low.kinds)
@@ -168,7 +180,7 @@ def build(
     if launcher.accumulators:
         launcher.extras.append("_act")
     launcher.locals = locals_
-    origin = f"{low.filename}:{fn.__name__} ({mode}, {target})"
+    origin = f"{low.filename}:{fn.__name__} ({mode}, {target}{', PAD_DEBUG' if checked else ''})"
     index = {p: k for k, p in enumerate(params)}
     gpu_clears = {index[a]: overwrites[a] for a in rev.cleared} if rev and target == "cuda" else {}
     variant = Variant(
@@ -187,11 +199,15 @@ def build(
         fuses=bool(rev and rev.moved) and not (stored_names & loaded_names) and not reduced,
         halo=halo,
         clears=gpu_clears,
+        race=race,
     )
     launcher.stack = rev.static_depth() if rev is not None else None
+    if checked:
+        variant.sites, variant.filename = [], low.filename
     if target == "cpu":
-        variant.source = MODULE_HEADER.format(origin=origin) + launcher_source(
-            launcher, launch_index, body, types, low.kinds, init, fastmath
+        imports = "checked, digamma, grown" if checked else "digamma, grown"
+        variant.source = MODULE_HEADER.format(origin=origin, imports=imports) + launcher_source(
+            launcher, launch_index, body, types, low.kinds, init, fastmath, variant.sites
         )
     else:
         written = stored_names & set(params)
@@ -208,8 +224,10 @@ def build(
             fastmath,
             varying(body, launch_index, written),
             adjoint=rev is not None,
+            sites=variant.sites,
         )
-        variant.source = CUDA_MODULE_HEADER.format(origin=origin) + source
+        imports = "\n    checked," if checked else ""
+        variant.source = CUDA_MODULE_HEADER.format(origin=origin, imports=imports) + source
         pushes = [s for s in walk(body) if isinstance(s, Push)]
         variant.tape_slots = len(pushes) if launcher.stack is None else launcher.stack
         if rev is not None and pushes and launcher.stack is None and _pushes_in_loops(body):
@@ -366,7 +384,7 @@ def _depth_kernel(
     source, _ = cuda_kernel_source(
         counter, launch_index, body, rev.types, rev.kinds, [], fastmath, set(), share_loops=False
     )
-    return _load(name, CUDA_MODULE_HEADER.format(origin=origin + " stack depth") + source)
+    return _load(name, CUDA_MODULE_HEADER.format(origin=origin + " stack depth", imports="") + source)
 
 
 def _halo(body: list[Stmt], launch_index: str, buffers: list[str]) -> int:
@@ -455,6 +473,9 @@ def _load(name: str, source: str) -> Callable[..., Any]:
     if not path.exists():
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(source)
+        # One modification time for every writer: numba's cache keys on it, so a rank (or node) that writes
+        # the file again after another compiled it would otherwise make that compilation stale.
+        os.utime(tmp, (SOURCE_MTIME, SOURCE_MTIME))
         tmp.replace(path)
     spec = importlib.util.spec_from_file_location(module_name, path)
     assert spec is not None and spec.loader is not None
@@ -464,4 +485,146 @@ def _load(name: str, source: str) -> Callable[..., Any]:
     return getattr(module, name)
 
 
-__all__ = ["MODES", "Lowered", "Variant", "build", "cache_dir"]
+# ---------------------------------------------------------------------------------------- compiling ahead
+SOURCE_MTIME = 1_000_000_000  # the generated files' modification time (see _load)
+
+_noted: list[dict[tuple, tuple[Any, tuple]]] = []  # while noting: (launcher, argument types) -> the same
+
+
+def noting() -> bool:
+    """Whether launches are being noted for ``compile_ahead`` instead of run (see ``note``)."""
+    return bool(_noted)
+
+
+def note(launcher: Any, call: list[Any]) -> bool:
+    """While noting, record that ``launcher`` (a generated numba dispatcher) is called on ``call`` and return
+    True: the runner then skips the call. Otherwise return False."""
+    if not _noted:
+        return False
+    types = tuple(launcher.typeof_pyval(a) for a in call)
+    _noted[-1].setdefault((id(launcher), types), (launcher, types))
+    return True
+
+
+class Noting:
+    """``with Noting() as noted:``: launches inside are noted, not run; ``noted.items`` are the launchers and
+    the argument types they were called with, for ``compile_ahead``."""
+
+    def __enter__(self) -> Noting:
+        _noted.append({})
+        self.items: list[tuple[Any, tuple]] = []
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.items = list(_noted.pop().values())
+
+
+@dataclass
+class AheadItem:
+    """A launcher to compile for some argument types: its generated file, its name, the types."""
+
+    path: str
+    module: str
+    name: str
+    types: tuple
+
+    @property
+    def key(self) -> str:
+        return f"{self.module}.{self.name}{self.types}"
+
+
+def ahead_items(noted: list[tuple[Any, tuple]]) -> list[AheadItem]:
+    """The noted launches as compile jobs, in one order on every process that noted the same launches."""
+    items = []
+    for launcher, types in noted:
+        module = sys.modules[launcher.py_func.__module__]
+        items.append(AheadItem(str(module.__file__), module.__name__, launcher.py_func.__name__, types))
+    return sorted(items, key=lambda item: item.key)
+
+
+def compile_ahead(items: list[AheadItem], workers: int = 0, share: tuple[int, int] = (0, 1)) -> int:
+    """Compile this process's share of ``items`` into numba's on-disk cache, with ``workers`` more processes
+    (numba holds the GIL while it compiles: threads would take turns), the largest first. ``share = (k,
+    n)``: of ``n`` processes dividing the items (MPI ranks over a shared cache), this one takes every n-th
+    from the k-th. Items already compiled into the cache (a marker beside the generated file says so) are
+    skipped. Returns how many items this process had compiled; a launcher whose compilation failed here
+    compiles, and reports its error, where it is first called."""
+    index, count = share
+    mine = [item for k, item in enumerate(items) if k % count == index and not _marker(item).exists()]
+    if not mine:
+        return 0
+    mine.sort(key=lambda item: -os.path.getsize(item.path))
+    bins: list[list[AheadItem]] = [[] for _ in range(min(workers, len(mine) - 1) + 1)]
+    loads = [0] * len(bins)
+    for item in mine:  # the largest to the least loaded process
+        k = loads.index(min(loads))
+        bins[k].append(item)
+        loads[k] += os.path.getsize(item.path) + 20_000  # a launcher costs about as much as 20 kB of source
+    children = [_start_worker(chunk) for chunk in bins[1:]]
+    _compile_items(bins[0])
+    for child, tasks in children:
+        child.wait()
+        tasks.unlink(missing_ok=True)
+    return len(mine)
+
+
+def _marker(item: AheadItem) -> Path:
+    """The file whose presence says ``item`` is in numba's cache (for this numba version)."""
+    import numba
+
+    digest = hashlib.sha256(f"{item.key}{numba.__version__}".encode()).hexdigest()[:16]
+    return Path(item.path).with_name("__pycache__") / f"{item.module}.{digest}.ahead"
+
+
+def _start_worker(items: list[AheadItem]) -> tuple[Any, Path]:
+    """A process compiling ``items`` (``python -c``, so that it imports neither the caller's ``__main__`` nor
+    MPI: it must not join the caller's MPI job)."""
+    import pickle
+    import subprocess
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("wb", suffix=".ahead", dir=cache_dir(), delete=False) as fh:
+        pickle.dump(items, fh)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_"))}
+    code = "import sys; from pad.kernel.compiler import _worker; _worker(sys.argv[1])"
+    return subprocess.Popen([sys.executable, "-c", code, fh.name], env=env), Path(fh.name)
+
+
+def _worker(tasks: str) -> None:
+    import pickle
+
+    with open(tasks, "rb") as fh:
+        _compile_items(pickle.load(fh))
+
+
+def _compile_items(items: list[AheadItem]) -> None:
+    for item in items:
+        module = sys.modules.get(item.module)
+        if module is None:
+            spec = importlib.util.spec_from_file_location(item.module, item.path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[item.module] = module
+            spec.loader.exec_module(module)
+        try:
+            getattr(module, item.name).compile(item.types)
+        except Exception:
+            continue  # its first real call compiles it again, and reports the error
+        marker = _marker(item)
+        marker.parent.mkdir(exist_ok=True)
+        marker.touch()
+
+
+__all__ = [
+    "MODES",
+    "AheadItem",
+    "Lowered",
+    "Noting",
+    "Variant",
+    "ahead_items",
+    "build",
+    "cache_dir",
+    "compile_ahead",
+    "note",
+    "noting",
+]

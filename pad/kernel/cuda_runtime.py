@@ -1,6 +1,7 @@
 """Device helpers that generated CUDA kernels call: warp sums for accumulations into shared elements, sums
 over the lanes of a group that shares a loop (``group_sum``), and
-the few scalar operations numba's CUDA target lacks (NumPy's float floor and ceil).
+the few scalar operations numba's CUDA target lacks (NumPy's float floor, ceil, trunc, rint, sign, sinc,
+logaddexp; the digamma function).
 
 For ``arr[j] += value`` with ``j`` probably the same on every lane of a warp (an adjoint accumulating into
 a parameter every thread reads), generated code asks ``uniform(j, 1)``: when the whole warp is converged
@@ -22,6 +23,8 @@ if not hasattr(np, "row_stack"):  # numba-cuda 0.30 still calls np.row_stack, wh
 import math
 
 from numba import config, cuda  # after the shim
+
+from pad.kernel.runtime import check_index, psi
 
 WARP_SHUFFLES = not config.ENABLE_CUDASIM  # type: ignore[attr-defined]
 FULL = 0xFFFFFFFF
@@ -109,3 +112,60 @@ def _tripcount(start, stop, step):  # type: ignore[no-untyped-def]
     if step > 0:
         return (stop - start + step - 1) // step if stop > start else 0
     return (start - stop - step - 1) // (-step) if start > stop else 0
+
+
+@cuda.jit(device=True)
+def _trunc(x):  # type: ignore[no-untyped-def]
+    if not math.fabs(x) < 4503599627370496.0:
+        return x
+    return float(math.trunc(x))
+
+
+@cuda.jit(device=True)
+def _rint(x):  # type: ignore[no-untyped-def]
+    """``np.rint``: the nearest integer, ties to even, as a float."""
+    if not math.fabs(x) < 4503599627370496.0:
+        return x
+    r = math.floor(x + 0.5)
+    if r - x == 0.5 and r % 2 != 0:
+        r -= 1
+    return float(r)
+
+
+@cuda.jit(device=True)
+def _sign(x):  # type: ignore[no-untyped-def]
+    """``np.sign``: -1, 0 or 1 (NaN for NaN)."""
+    if x != x:
+        return x
+    return int(x > 0) - int(x < 0)
+
+
+@cuda.jit(device=True)
+def _logaddexp(a, b):  # type: ignore[no-untyped-def]
+    """``np.logaddexp``: log(exp(a) + exp(b)) without overflow."""
+    if a == b:
+        return a + math.log(2.0)
+    m = a if a > b else b
+    return m + math.log1p(math.exp(-math.fabs(a - b)))
+
+
+@cuda.jit(device=True)
+def _logaddexp2(a, b):  # type: ignore[no-untyped-def]
+    """``np.logaddexp2``: log2(2**a + 2**b) without overflow."""
+    if a == b:
+        return a + 1.0
+    m = a if a > b else b
+    return m + math.log1p(math.pow(2.0, -math.fabs(a - b))) / math.log(2.0)
+
+
+@cuda.jit(device=True)
+def _sinc(x):  # type: ignore[no-untyped-def]
+    """``np.sinc``: sin(pi x) / (pi x), 1 at 0."""
+    if x == 0:
+        return 1.0
+    y = math.pi * x
+    return math.sin(y) / y
+
+
+_digamma = cuda.jit(device=True)(psi)  # lgamma's derivative, as on CPU threads
+checked = cuda.jit(device=True)(check_index)  # PAD_DEBUG, on numba's CUDA simulator only (pad.kernel.checks)

@@ -7,6 +7,7 @@ the stacks of the reverse sweep, views of private accumulation buffers, and accu
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -61,6 +62,14 @@ _ZERO = {"f4": "np.float32(0.0)", "f8": "0.0", "i": "0", "b": "False"}
 _CAST = {"f4": "np.float32({})", "f8": "{}", "i": "{}", "b": "({} != 0)"}
 
 
+def _float(value: float | np.floating) -> str:
+    """A float as Python source: ``math.inf`` and ``math.nan`` where ``repr`` would print a bare name."""
+    v = float(value)
+    if math.isfinite(v):
+        return repr(v)
+    return "math.nan" if math.isnan(v) else ("math.inf" if v > 0 else "(-math.inf)")
+
+
 def element_type(kind: Kind | None) -> str:
     """The scalar type code values stored into an array are printed and summed in ("f4" or "f8")."""
     return "f4" if isinstance(kind, ArrayKind) and kind.dtype == np.float32 else "f8"
@@ -89,6 +98,10 @@ class Printer:
     renamable: set[str] = field(default_factory=set)
     versions: dict[str, str] = field(default_factory=dict)
     defined: set[str] = field(default_factory=set)
+    # PAD_DEBUG (pad.kernel.checks): every access checked; site k of ``sites`` is (source line, array)
+    sites: list[tuple[int, str]] | None = None
+    line: int = 0  # the source line of the statement being printed
+    launch_index: str = "0"
 
     def define(self, name: str) -> str:
         """The name to print for a new definition of scalar ``name``."""
@@ -118,23 +131,52 @@ class Printer:
             return self.current(e.id)
         if isinstance(e, Lit):
             if isinstance(e.value, np.float32) or (e.typed and ty == "f4" and not isinstance(e.value, bool)):
-                return f"np.float32({float(e.value)!r})"
+                return f"np.float32({_float(e.value)})"
             if e.typed and not isinstance(e.value, bool):
-                return repr(float(e.value))
+                return _float(e.value)
+            if isinstance(e.value, float) and not math.isfinite(e.value):
+                return _float(e.value)  # np.float64(inf) would print as a bare name too
             return repr(e.value)
         if isinstance(e, Elem):
-            return f"{e.array}[{', '.join(self.expr(x, 'i') for x in e.index)}]"
+            return f"{e.array}[{self.at(e.array, e.index)}]"
         assert isinstance(e, Call)
         if e.op == "indicator" and ty == "f4":  # a float32 0 or 1: np.float64() would compute in float64
             return f"np.float32({self.expr(e.args[0], 'b')})"
-        return self.template(e.op).format(*(self.expr(a, ty) for a in e.args))
+        text = self.template(e.op).format(*(self.expr(a, ty) for a in e.args))
+        if e.op == "tindex" and self.sites is not None:  # a tuple of e.args[1] items, indexed at run time
+            size = self.expr(e.args[1], "i")
+            return self.checked("", f"({size},)", [text]) + "[0]"
+        return f"np.float32({text})" if ty == "f4" and self.wide(e.op) else text
 
     def template(self, op: str) -> str:
         return RULES[op].template
 
+    def at(self, array: str, index: tuple[Expr, ...]) -> str:
+        """The index of an access to ``array``: checked against its shape under PAD_DEBUG."""
+        items = [self.expr(x, "i") for x in index]
+        if self.sites is None:
+            return ", ".join(items)
+        return self.checked(array, f"{self.memory(array)}.shape", items)
+
+    def checked(self, array: str, shape: str, items: list[str]) -> str:
+        """``runtime.check_index`` of ``items`` as a new site (a tuple of int64, which every array takes)."""
+        assert self.sites is not None
+        self.sites.append((self.line, array))
+        index = "".join(f"np.int64({x}), " for x in items)
+        return f"checked({len(self.sites) - 1}, {shape}, ({index}), {self.launch_index})"
+
+    def memory(self, array: str) -> str:
+        """The variable holding ``array``'s elements where it is accessed."""
+        return array
+
+    def wide(self, op: str) -> bool:
+        """Whether ``op``'s template computes in float64 whatever its arguments (cast back to float32)."""
+        return RULES[op].wide
+
     def emit(self, stmts: list[Stmt], indent: int) -> None:
         pad = "    " * indent
         for s in stmts:
+            self.line = s.line
             if isinstance(s, Assign):
                 value = self.expr(s.value, self.type_of(s.target))
                 self.lines.append(f"{pad}{self.define(s.target)} = {value}")
@@ -180,7 +222,7 @@ class Printer:
         return []
 
     def index(self, s: Store) -> str:
-        return ", ".join(self.expr(x, "i") for x in s.index)
+        return self.at(s.array, s.index)
 
     def store(self, s: Store) -> list[str]:
         op = "+=" if s.accumulate else "="
@@ -275,9 +317,13 @@ def launcher_source(
     kinds: dict[str, Kind],
     init: list[str],
     fastmath: bool,
+    sites: list[tuple[int, str]] | None = None,
 ) -> str:
-    """The Python source of a ``@njit(parallel=True)`` launcher running ``body`` for every launch index."""
-    p = Printer(types, kinds, sized_stacks=launcher.stack is not None)
+    """The Python source of a ``@njit(parallel=True)`` launcher running ``body`` for every launch index.
+
+    With ``sites`` (PAD_DEBUG), every access is checked (one site per access is appended to ``sites``) and
+    the chunks run one after another: an error raised in a ``prange`` loop would be lost."""
+    p = Printer(types, kinds, sized_stacks=launcher.stack is not None, sites=sites, launch_index=launch_index)
     p.renamable = _renamable(body, launch_index)
     args = ", ".join(
         ["_n", "_nchunks", *(["_nwaves"] if launcher.waves else []), *launcher.params, *launcher.extras]
@@ -325,15 +371,16 @@ def launcher_source(
         p.lines.append(f"        _act[_c, {slot}] = _acc{acc}")
     # The chunk index is cast: numba types a prange index int64 in the launcher but uint64 in the gufunc it
     # lowers the loop to, and the chunk (the kernel's whole body) would be compiled once for each.
-    p.lines += ["", "", f"@njit(parallel=True, {options})", f"def {launcher.name}({args}):"]
+    parallel, loop = ("parallel=True, ", "prange") if sites is None else ("", "range")
+    p.lines += ["", "", f"@njit({parallel}{options})", f"def {launcher.name}({args}):"]
     if launcher.waves:  # chunks _wave, _wave + _nwaves, ... at a time
         p.lines += [
             "    for _wave in range(_nwaves):",
-            "        for _k in prange((_nchunks - _wave + _nwaves - 1) // _nwaves):",
+            f"        for _k in {loop}((_nchunks - _wave + _nwaves - 1) // _nwaves):",
             f"            {chunk}(np.int64(_k) * _nwaves + _wave, {args})",
         ]
     else:
-        p.lines += ["    for _c in prange(_nchunks):", f"        {chunk}(np.int64(_c), {args})"]
+        p.lines += [f"    for _c in {loop}(_nchunks):", f"        {chunk}(np.int64(_c), {args})"]
     return "\n".join(p.lines) + "\n"
 
 
@@ -344,7 +391,7 @@ import math
 import numpy as np
 from numba import njit, prange
 
-from pad.kernel.runtime import grown
+from pad.kernel.runtime import {imports}
 
 """
 
@@ -377,6 +424,14 @@ class CudaPrinter(Printer):
 
     def template(self, op: str) -> str:
         return RULES[op].cuda or RULES[op].template
+
+    def memory(self, array: str) -> str:
+        return array.removeprefix("_pv")  # a CUDA thread adds into the array itself
+
+    def wide(self, op: str) -> bool:
+        """CUDA templates (helpers, ``math.pow``) may compute in float64."""
+        rule = RULES[op]
+        return rule.wide or (rule.cuda is not None and rule.result in ("float", "same", "promote"))
 
     groups: int = 0
 
@@ -520,19 +575,21 @@ def cuda_kernel_source(
     varying: set[str],
     share_loops: bool = True,
     adjoint: bool = False,
+    sites: list[tuple[int, str]] | None = None,
 ) -> tuple[str, bool]:
     """The Python source of a ``@cuda.jit`` kernel running ``body`` for one launch index per thread, or per
     group of ``_G`` threads where its innermost sum loops can be shared (:func:`split_loops`): a launch of few
     indices then still fills the GPU.
 
     Active scalars' adjoints are summed per block in shared memory, then added to ``_act`` atomically:
-    one atomic per block, not per thread.
+    one atomic per block, not per thread. ``sites``: as for ``launcher_source`` (numba's simulator only).
     """
     ranks = {local.target: len(local.shape) for local in launcher.locals}
     atomic = {s.array[len("_pv") :] for s in walk(body) if isinstance(s, Store) and s.array.startswith("_pv")}
     offsets = launch_offsets(body, launch_index)
-    tiles = _tiled(body, atomic, offsets, kinds)
+    tiles = _tiled(body, atomic, offsets, kinds) if sites is None else {}  # PAD_DEBUG: each add checked
     p = CudaPrinter(types, kinds, varying=varying, ranks=ranks, atomic=atomic, tiles=tiles, offsets=offsets)
+    p.sites, p.launch_index = sites, launch_index
     p.sized_stacks = launcher.stack is not None
     p.renamable = _renamable(body, launch_index)
     uses_tape = any(isinstance(s, (Push, Pop)) for s in walk(body))
@@ -744,13 +801,20 @@ import numpy as np
 from pad.kernel.cuda_runtime import (  # first: the numpy shim
     WARP_SHUFFLES,
     _ceil,
+    _digamma,
     _floor,
+    _logaddexp,
+    _logaddexp2,
+    _rint,
+    _sign,
+    _sinc,
+    _trunc,
     _tripcount,
     group_sum,
     group_sync,
     uniform,
     warp_any,
-    warp_sum,
+    warp_sum,{imports}
 )
 from numba import cuda
 

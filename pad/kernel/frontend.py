@@ -9,6 +9,7 @@ transformations only see ``if``/``for``/``while``.
 from __future__ import annotations
 
 import ast
+import builtins
 import inspect
 import textwrap
 import types
@@ -37,7 +38,7 @@ from pad.kernel.ir import (
     Store,
     While,
 )
-from pad.kernel.rules import BUILTINS, FUNCTIONS, MATH_ONLY, NUMPY_ONLY
+from pad.kernel.rules import BUILTINS, MATH, NUMPY, RULES
 
 
 class KernelSyntaxError(SyntaxError):
@@ -115,7 +116,51 @@ _AUGOPS = {
     ast.Pow: "pow",
     ast.FloorDiv: "floordiv",
     ast.Mod: "mod",
+    ast.BitAnd: "bitand",
+    ast.BitOr: "bitor",
+    ast.BitXor: "bitxor",
+    ast.LShift: "lshift",
+    ast.RShift: "rshift",
 }
+_LOOPS = "write a for loop over range(...)"
+_CONTAINERS = "use a tuple, or pad.local_array(n) for values that change"
+_NO_EXCEPTIONS = (
+    "kernels cannot raise or catch exceptions: test conditions with if, or store a flag into an array"
+)
+#: Constructs outside the kernel language: what they are, in words, and what to write instead.
+_UNSUPPORTED: dict[type, tuple[str, str]] = {
+    ast.Dict: ("a dict", _CONTAINERS),
+    ast.Set: ("a set", _CONTAINERS),
+    ast.List: ("a list", _CONTAINERS),
+    ast.ListComp: ("a list comprehension", _LOOPS),
+    ast.SetComp: ("a set comprehension", _LOOPS),
+    ast.DictComp: ("a dict comprehension", _LOOPS),
+    ast.GeneratorExp: ("a generator expression", _LOOPS),
+    ast.Lambda: ("lambda", "define a @pad.func helper at module level"),
+    ast.Yield: ("yield", "kernels store results into arrays"),
+    ast.YieldFrom: ("yield from", "kernels store results into arrays"),
+    ast.Await: ("await", "kernels run synchronously"),
+    ast.JoinedStr: ("an f-string", "kernels compute with numbers only"),
+    ast.NamedExpr: ("the := operator", "assign in a statement of its own"),
+    ast.Starred: ("* unpacking", "unpack a tuple by name: a, b = t"),
+    ast.Try: ("try/except", _NO_EXCEPTIONS),
+    ast.Raise: ("raise", _NO_EXCEPTIONS),
+    ast.Assert: ("assert", _NO_EXCEPTIONS),
+    ast.With: ("with", "kernels hold no resources: write the body without it"),
+    ast.AsyncWith: ("async with", "kernels run synchronously"),
+    ast.AsyncFor: ("async for", "kernels run synchronously"),
+    ast.AsyncFunctionDef: ("an async function", "kernels run synchronously"),
+    ast.FunctionDef: ("a nested function", "define a @pad.func helper at module level"),
+    ast.ClassDef: ("a class definition", "define classes outside kernels; pass their numbers as arguments"),
+    ast.Delete: ("del", "leave the variable unused"),
+    ast.Global: ("global", "pass the value as a kernel argument, and store results into arrays"),
+    ast.Nonlocal: ("nonlocal", "pass the value as a kernel argument, and store results into arrays"),
+    ast.Import: ("import", "import at module level"),
+    ast.ImportFrom: ("import", "import at module level"),
+    ast.Match: ("match", "use if/elif"),
+}
+if hasattr(ast, "TryStar"):
+    _UNSUPPORTED[ast.TryStar] = ("try/except*", _NO_EXCEPTIONS)
 _CMPOPS = {ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge", ast.Eq: "eq", ast.NotEq: "ne"}
 
 
@@ -174,9 +219,7 @@ class Lowering:
         if isinstance(node, ast.BinOp):
             op = _AUGOPS.get(type(node.op))
             if op is None:
-                raise src.error(
-                    node, f"the operator {type(node.op).__name__} is not supported", "use + - * / ** // %"
-                )
+                raise src.error(node, "matrix multiplication (@) is not supported", "multiply in a loop")
             a = self.expr(scope, node.left, out)
             b = self.expr(scope, node.right, out)
             return self.emit(out, Call(op, (a, b)), line)
@@ -188,7 +231,7 @@ class Lowering:
                 return a
             if isinstance(node.op, ast.Not):
                 return self.emit(out, Call("not", (a,)), line)
-            raise src.error(node, "bitwise inversion (~) is not supported", "use `not` on conditions")
+            return self.emit(out, Call("invert", (a,)), line)
         if isinstance(node, ast.Compare):
             return self.compare(scope, node, out)
         if isinstance(node, ast.BoolOp):
@@ -220,9 +263,8 @@ class Lowering:
             raise src.error(
                 node, "a tuple is used as a value here", "tuples can be assigned, unpacked or returned"
             )
-        raise src.error(
-            node, f"the expression {type(node).__name__} ({ast.unparse(node)}) is not supported in kernels"
-        )
+        what, instead = _UNSUPPORTED.get(type(node), (f"the expression {ast.unparse(node)}", ""))
+        raise src.error(node, f"{what} is not supported in kernels", instead)
 
     def emit(self, out: list[Stmt], value: Expr, line: int) -> Name:
         t = self.temp()
@@ -258,7 +300,11 @@ class Lowering:
             parts.append(base.attr)
             base = base.value
         if not isinstance(base, ast.Name) or base.id in scope.scalars or base.id in scope.arrays:
-            raise scope.src.error(node, f"the attribute access {ast.unparse(node)} is not supported")
+            raise scope.src.error(
+                node,
+                f"the attribute access {ast.unparse(node)} is not supported",
+                "kernels read arrays element by element, and their sizes as a.shape[k]",
+            )
         obj = scope.src.env.get(base.id)
         for p in reversed(parts):
             obj = getattr(obj, p, None)
@@ -274,7 +320,9 @@ class Lowering:
             name = _CMPOPS.get(type(op))
             if name is None:
                 raise scope.src.error(
-                    node, f"the comparison {type(op).__name__} is not supported", "use < <= > >= == !="
+                    node,
+                    f"the comparison `{'is' if isinstance(op, (ast.Is, ast.IsNot)) else 'in'}` is not supported",
+                    "compare numbers with < <= > >= == !=",
                 )
             right = self.expr(scope, right_node, out)
             c = self.emit(out, Call(name, (left, right)), line)
@@ -301,17 +349,60 @@ class Lowering:
 
     def subscript(self, scope: Scope, node: ast.Subscript, out: list[Stmt]) -> Expr:
         value = node.value
+        line = scope.src.line(node)
         if isinstance(value, ast.Attribute) and value.attr == "shape" and isinstance(value.value, ast.Name):
             array = self.array_arg(scope, value.value)
-            axis = self.constant_int(scope, node.slice)
-            return self.emit(out, Call("shape", (Name(array), Lit(axis))), scope.src.line(node))
+            try:
+                axis = self.constant_int(scope, node.slice)
+            except KernelSyntaxError:
+                raise scope.src.error(
+                    node,
+                    f"the axis of {ast.unparse(node)} is not an integer constant",
+                    "write a.shape[0], ...",
+                ) from None
+            ndim = self._array_kind(array).ndim
+            if not 0 <= axis < ndim:
+                raise scope.src.error(
+                    node,
+                    f"{ast.unparse(node)}: axis {axis} of an array of {ndim} dimension(s)",
+                    "index 0 to ndim-1",
+                )
+            return self.emit(out, Call("shape", (Name(array), Lit(axis))), line)
         base, index = self.element(scope, node, out)
         if base in scope.tuples:
-            return scope.tuples[base][index]  # type: ignore[index]
-        return self.emit(out, Elem(base, index), scope.src.line(node))
+            return self.tuple_item(scope, node, base, index, out)
+        return self.emit(out, Elem(base, index), line)
+
+    def tuple_item(self, scope: Scope, node: ast.AST, name: str, index: Expr, out: list[Stmt]) -> Expr:
+        """Item ``index`` of tuple ``name``: the item itself for a constant, else a chain of branches."""
+        items = scope.tuples[name]
+        n = len(items)
+        if isinstance(index, Lit):
+            if not -n <= int(index.value) < n:
+                raise scope.src.error(
+                    node, f"index {index.value} is out of range for the tuple {name!r} of {n} items"
+                )
+            return items[int(index.value)]
+        line = scope.src.line(node)
+        k = self.emit(
+            out, Call("tindex", (index, Lit(n))), line
+        )  # Python's negative indices; checked by PAD_DEBUG
+        result = self.temp()
+        chain: list[Stmt] = [Assign(result, Call("copy", (items[-1],)), line=line)]
+        for j in range(n - 2, -1, -1):
+            test: list[Stmt] = []
+            c = self.emit(test, Call("eq", (k, Lit(j))), line)
+            chain = [*test, If(c, [Assign(result, Call("copy", (items[j],)), line=line)], chain, line=line)]
+        out.extend(chain)
+        return Name(result)
+
+    def _array_kind(self, array: str) -> ArrayKind:
+        kind = self.kinds[array]
+        assert isinstance(kind, ArrayKind)
+        return kind
 
     def element(self, scope: Scope, node: ast.Subscript, out: list[Stmt]) -> tuple[str, Any]:
-        """Resolve ``a[i][j]`` / ``a[i, j]`` to (IR array name, index atoms), or a tuple and its item."""
+        """Resolve ``a[i][j]`` / ``a[i, j]`` to (IR array name, index atoms), or a tuple and its index atom."""
         indices: list[ast.expr] = []
         base: ast.expr = node
         while isinstance(base, ast.Subscript):
@@ -319,29 +410,27 @@ class Lowering:
             indices[:0] = list(sl.elts) if isinstance(sl, ast.Tuple) else [sl]
             base = base.value
         if not isinstance(base, ast.Name):
-            raise scope.src.error(node, f"cannot index {ast.unparse(base)}", "index arrays by name")
+            what, instead = _UNSUPPORTED.get(
+                type(base), (f"indexing {ast.unparse(base)}", "index arrays by name")
+            )
+            raise scope.src.error(node, f"{what} is not supported in kernels", instead)
         for ix in indices:
             if isinstance(ix, ast.Slice):
                 raise scope.src.error(
                     node, "slices are not supported in kernels", "index single elements in a loop"
                 )
         if base.id in scope.tuples:
-            if (
-                len(indices) != 1
-                or not isinstance(indices[0], ast.Constant)
-                or not isinstance(indices[0].value, int)
-            ):
+            if len(indices) != 1:
                 raise scope.src.error(
-                    node, "tuples can only be indexed by an integer constant", "unpack the tuple instead"
+                    node, f"the tuple {base.id!r} is indexed with {len(indices)} indices", "index it with one"
                 )
-            return base.id, indices[0].value
+            return base.id, self.expr(scope, indices[0], out)
         if base.id not in scope.arrays:
             raise scope.src.error(
                 node, f"{base.id!r} is not an array", "only arrays and tuples can be indexed"
             )
         array = scope.arrays[base.id]
-        kind = self.kinds[array]
-        assert isinstance(kind, ArrayKind)
+        kind = self._array_kind(array)
         if len(indices) != kind.ndim:
             raise scope.src.error(
                 node,
@@ -354,29 +443,47 @@ class Lowering:
     def call(self, scope: Scope, node: ast.Call, out: list[Stmt]) -> list[Expr]:
         src = scope.src
         line = src.line(node)
-        if node.keywords:
-            raise src.error(
-                node, "keyword arguments are not supported in kernel calls", "pass arguments by position"
-            )
+        shown = ast.unparse(node.func)
+        for a in node.args:
+            if isinstance(a, ast.Starred):
+                raise src.error(
+                    node, f"{shown}(*{ast.unparse(a.value)}) unpacks arguments", "pass them one by one"
+                )
         fn_name, target = self.callee(scope, node)
         if _is_helper(target):
             return self.inline(scope, target, node, out)
-        if fn_name == "len":
-            array = self.array_arg(scope, node.args[0])
-            return [self.emit(out, Call("shape", (Name(array), Lit(0))), line)]
         if fn_name is None:
             raise src.error(
                 node,
-                f"the call {ast.unparse(node.func)}(...) is not supported in kernels",
-                "kernels call math/numpy scalar functions and @pad.func helpers",
+                f"the call {shown}(...) is not supported in kernels",
+                "kernels call math/numpy scalar functions and @pad.func helpers (docs/kernels.md lists them)",
             )
-        args = [self.expr(scope, a, out) for a in node.args]
-        if fn_name in ("min", "max") and len(args) > 2:
-            acc = args[0]
-            for a in args[1:]:
-                acc = self.emit(out, Call(fn_name, (acc, a)), line)
-            return [acc]
-        return [self.emit(out, Call(fn_name, tuple(args)), line)]
+        if node.keywords:
+            given = ", ".join(f"{k.arg}=" if k.arg else "**" for k in node.keywords)
+            raise src.error(
+                node,
+                f"{shown}() takes no keyword arguments in kernels, {given} given",
+                "pass arguments by position",
+            )
+        if fn_name == "len":
+            if len(node.args) != 1:
+                raise src.error(node, f"len() takes 1 argument (an array), {len(node.args)} given")
+            array = self.array_arg(scope, node.args[0])
+            return [self.emit(out, Call("shape", (Name(array), Lit(0))), line)]
+        args = [self.expr(scope, arg, out) for arg in node.args]
+        nary = target in (min, max)
+        rule = RULES[fn_name]
+        if len(node.args) != rule.arity and not (nary and len(node.args) >= 2):
+            expected = f"{'at least ' if nary else ''}{rule.arity} argument{'s' * (rule.arity != 1)}"
+            raise src.error(
+                node,
+                f"{shown}() takes {expected} ({', '.join(rule.params)}), {len(node.args)} given",
+                "see docs/kernels.md for the functions kernels call",
+            )
+        acc = self.emit(out, Call(fn_name, tuple(args[:2])), line)
+        for more in args[2:]:  # min/max of more than two
+            acc = self.emit(out, Call(fn_name, (acc, more)), line)
+        return [acc]
 
     def array_arg(self, scope: Scope, node: ast.expr) -> str:
         if isinstance(node, ast.Name) and node.id in scope.arrays:
@@ -384,52 +491,60 @@ class Lowering:
         raise scope.src.error(node, f"{ast.unparse(node)} is not an array")
 
     def callee(self, scope: Scope, node: ast.Call) -> tuple[str | None, Any]:
-        """Map the called object to a rule name (or a helper object)."""
+        """The rule a call maps to (``"helper"`` or ``"len"`` for those), and the called object."""
         func = node.func
         if isinstance(func, ast.Name):
-            if func.id in scope.scalars or func.id in scope.arrays:
+            if func.id in scope.scalars or func.id in scope.arrays or func.id in scope.tuples:
                 raise scope.src.error(node, f"{func.id!r} is a variable, not a function")
-            obj = scope.src.env.get(func.id)
-            if obj is None and func.id in BUILTINS:
-                return BUILTINS[func.id], None
-            if func.id == "len" and obj is None:
-                return "len", None
+            obj = scope.src.env.get(func.id, getattr(builtins, func.id, None))
+        elif isinstance(func, ast.Attribute):
+            obj = self.attribute(scope, func)
         else:
-            obj = self.attribute(scope, func) if isinstance(func, ast.Attribute) else None
+            raise scope.src.error(node, f"{ast.unparse(func)} cannot be called", "call functions by name")
+        name = getattr(obj, "__name__", "")
         if _is_helper(obj):
             return "helper", obj
         if _is_local_array(obj):
             raise scope.src.error(
                 node, "pad.local_array(...) must be assigned to a name", "write a = pad.local_array(shape)"
             )
+        if obj is len:
+            return "len", obj
         if isinstance(obj, types.BuiltinFunctionType) and obj.__module__ == "math":
-            name = obj.__name__
-            if name == "cbrt":
-                return "cbrt", None
-            return MATH_ONLY.get(name) or FUNCTIONS.get(name), None
+            return MATH.get(name), obj
+        if getattr(builtins, name, None) is obj:
+            return BUILTINS.get(name), obj
         if isinstance(obj, (np.ufunc, type)) or (
             callable(obj) and getattr(obj, "__module__", "").startswith("numpy")
         ):
-            name = getattr(obj, "__name__", "")
-            return NUMPY_ONLY.get(name) or FUNCTIONS.get(name), None
-        if obj in (min, max, abs, int, float, bool):
-            return BUILTINS[obj.__name__], None
-        return None, None
+            return NUMPY.get(name), obj
+        return None, obj
 
     def inline(self, scope: Scope, helper: Any, node: ast.Call, out: list[Stmt]) -> list[Expr]:
         """Inline a ``@pad.func`` call: bind its parameters, lower its body, and return its result atoms."""
         if self.depth > 32:
             raise scope.src.error(node, f"helper {helper.__name__} recurses", "helpers cannot be recursive")
         src = Source.of(helper.py_func)
-        params = [a.arg for a in src.tree.args.args]
-        if len(params) != len(node.args):
-            raise scope.src.error(
-                node, f"{helper.__name__} takes {len(params)} arguments, {len(node.args)} given"
+        signature = inspect.signature(helper.py_func)
+        if any(
+            p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in signature.parameters.values()
+        ):
+            raise src.error(
+                src.tree, "helpers take named parameters only (no *args, **kwargs or keyword-only)"
             )
+        try:
+            bound = signature.bind(*node.args, **{k.arg or "**": k.value for k in node.keywords})
+        except TypeError as exc:
+            raise scope.src.error(node, f"{helper.__name__}{signature}: {exc}") from None
         inner = Scope(src, self.namer.fresh(helper.__name__) + "_")
         line = scope.src.line(node)
-        for p, a in zip(params, node.args, strict=True):
-            if isinstance(a, ast.Name) and a.id in scope.arrays:
+        for p, param in signature.parameters.items():
+            a = bound.arguments.get(p)
+            if a is None:  # a default: a number
+                if not isinstance(param.default, (bool, int, float)):
+                    raise src.error(src.tree, f"the default of {p!r} is not a number")
+                out.append(Assign(self.var(inner, p), Call("copy", (Lit(param.default),)), line=line))
+            elif isinstance(a, ast.Name) and a.id in scope.arrays:
                 inner.arrays[p] = scope.arrays[a.id]
             elif isinstance(a, ast.Name) and a.id in scope.tuples:
                 inner.tuples[p] = list(scope.tuples[a.id])
@@ -522,10 +637,11 @@ class Lowering:
         elif isinstance(node, ast.Pass):
             return
         else:
+            what, instead = _UNSUPPORTED.get(type(node), (f"the statement {ast.unparse(node)!r}", ""))
             raise src.error(
                 node,
-                f"the statement {type(node).__name__} is not supported in kernels",
-                "kernels use assignments, if, for ... in range, while, break, continue and return",
+                f"{what} is not supported in kernels",
+                instead or "kernels use assignments, if, for, while, break, continue and return",
             )
 
     def assign_from(
@@ -606,7 +722,7 @@ class Lowering:
         line = src.line(node)
         op = _AUGOPS.get(type(node.op))
         if op is None:
-            raise src.error(node, f"the operator {type(node.op).__name__}= is not supported")
+            raise src.error(node, "matrix multiplication (@=) is not supported", "multiply in a loop")
         value = self.expr(scope, node.value, out)
         if isinstance(node.target, ast.Name):
             if node.target.id not in scope.scalars:
@@ -618,6 +734,8 @@ class Lowering:
             out.append(Assign(name, Call("copy", (t,)), line=line))
         elif isinstance(node.target, ast.Subscript):
             array, index = self.element(scope, node.target, out)
+            if array in scope.tuples:
+                raise src.error(node, "tuples are immutable", "build a new tuple")
             if op in ("add", "sub"):
                 v = value if op == "add" else self.emit(out, Call("neg", (value,)), line)
                 out.append(Store(array, index, v, accumulate=True, line=line))
@@ -634,16 +752,17 @@ class Lowering:
         it = node.iter
         if node.orelse:
             raise src.error(node, "for ... else is not supported", "use a flag")
-        if not (
-            isinstance(it, ast.Call)
-            and isinstance(it.func, ast.Name)
-            and it.func.id == "range"
-            and not it.keywords
+        call = it.func.id if isinstance(it, ast.Call) and isinstance(it.func, ast.Name) else None
+        if call in ("enumerate", "zip") or (
+            isinstance(it, ast.Name) and (it.id in scope.arrays or it.id in scope.tuples)
         ):
+            self.for_each(scope, node, out)
+            return
+        if not isinstance(it, ast.Call) or call != "range" or it.keywords:
             raise src.error(
                 node,
-                f"only `for ... in range(...)` loops are supported, not `in {ast.unparse(it)}`",
-                "loop over an index: for k in range(len(a))",
+                f"a loop over {ast.unparse(it)} is not supported",
+                "loop over range(...), a 1-D array, a tuple, or enumerate/zip of those",
             )
         if not isinstance(node.target, ast.Name):
             raise src.error(node, "the loop variable must be a single name")
@@ -663,6 +782,65 @@ class Lowering:
             fixed.append(b)
         var = self.var(scope, node.target.id)
         out.append(For(var, fixed[0], fixed[1], fixed[2], self.block(scope, node.body), line=line))
+
+    def for_each(self, scope: Scope, node: ast.For, out: list[Stmt]) -> None:
+        """``for v in a``, ``for k, v in enumerate(a)``, ``for u, v in zip(a, b)`` over 1-D arrays and tuples:
+        a loop over the index, with the items read at the top of the body."""
+        src, it, line = scope.src, node.iter, scope.src.line(node)
+        counted = isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "enumerate"
+        if isinstance(it, ast.Call):
+            if it.keywords or not it.args or (counted and len(it.args) != 1):
+                raise src.error(
+                    node, f"{ast.unparse(it)}: takes {'one sequence' if counted else 'sequences'} by position"
+                )
+            sequences = it.args
+        else:
+            sequences = [it]
+        targets = [node.target] if sequences == [it] else None
+        if targets is None:
+            wanted = len(sequences) + counted
+            if not (isinstance(node.target, ast.Tuple) and len(node.target.elts) == wanted):
+                raise src.error(node, f"the loop over {ast.unparse(it)} needs {wanted} loop variables")
+            targets = list(node.target.elts)
+        k = self.temp("k")
+        lengths: list[Expr] = []
+        for seq in sequences:
+            if isinstance(seq, ast.Name) and seq.id in scope.tuples:
+                lengths.append(Lit(len(scope.tuples[seq.id])))
+            elif isinstance(seq, ast.Name) and seq.id in scope.arrays:
+                array = scope.arrays[seq.id]
+                if self._array_kind(array).ndim != 1:
+                    raise src.error(
+                        node,
+                        f"a loop over the rows of {seq.id!r} is not supported",
+                        f"loop over range({seq.id}.shape[0])",
+                    )
+                lengths.append(self.emit(out, Call("shape", (Name(array), Lit(0))), line))
+            else:
+                raise src.error(
+                    node,
+                    f"a loop over {ast.unparse(seq)} is not supported",
+                    "loop over arrays or tuples by name",
+                )
+        stop = lengths[0]
+        for n in lengths[1:]:
+            stop = self.emit(out, Call("min", (stop, n)), line)
+        body: list[Stmt] = []
+        if counted:
+            self.assign(scope, targets.pop(0), [Name(k)], body, line)
+        for seq, target in zip(sequences, targets, strict=True):
+            assert isinstance(seq, ast.Name)
+            if seq.id in scope.tuples:
+                item = self.tuple_item(scope, node, seq.id, Name(k), body)
+            else:
+                item = self.emit(body, Elem(scope.arrays[seq.id], (Name(k),)), line)
+            self.assign(scope, target, [item], body, line)
+        body += self.block(scope, node.body)
+        if isinstance(stop, Name):
+            t = self.temp("r")
+            out.append(Assign(t, Call("copy", (stop,)), line=line))
+            stop = Name(t)
+        out.append(For(k, Lit(0), stop, Lit(1), body, line=line))
 
     def local_array(self, scope: Scope, name: str, node: ast.Call, out: list[Stmt], line: int) -> None:
         src = scope.src

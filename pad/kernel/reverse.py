@@ -59,6 +59,7 @@ from pad.kernel.ir import (
     Store,
     While,
     assigned,
+    blocks,
     call,
     exprs_of,
     loaded_arrays,
@@ -94,6 +95,7 @@ class Reverse:
     defs: Definitions = NO_DEFINITIONS  # what index ownership may look through
     recompute: set[int] = field(default_factory=set)  # id() of loops reversed by recomputation
     undo: set[str] = field(default_factory=set)  # arrays whose overwritten elements are saved
+    saving: set[int] = field(default_factory=set)  # id() of the stores into them that save the old value
     forward: list[Stmt] = field(default_factory=list)  # the forward sweep, as built by ``sweep``
     # Fused (primal + adjoint in one launch): output stores that follow a loop accumulating their values
     # are made again after the loop's reverse, which rebuilds the sums; ``moved`` holds their id()s.
@@ -128,16 +130,20 @@ class Reverse:
 
     # -- loop modes ------------------------------------------------------------------------------------
     def _choose_loop_modes(self) -> None:
-        """Recompute every loop whose body does not load what it stores and does not store saved arrays."""
+        """Recompute every loop whose body does not load what it stores and makes no store that must save
+        its old value (one a recomputed loop may read again: ``_stores_to_save``)."""
         loops = [s for s in walk(self.body) if isinstance(s, (For, While))]
         candidates = {id(s) for s in loops if not (loaded_arrays(_loop_code(s)) & stored_arrays(s.body))}
         while True:
             undo = set().union(*(loaded_arrays(_loop_code(s)) for s in loops if id(s) in candidates))
-            demoted = {id(s) for s in loops if id(s) in candidates and stored_arrays(s.body) & undo}
+            saving = _stores_to_save(self.body, candidates, undo)
+            demoted = {
+                id(s) for s in loops if id(s) in candidates and any(id(x) in saving for x in walk(s.body))
+            }
             if not demoted:
                 break
             candidates -= demoted
-        self.recompute, self.undo = candidates, undo
+        self.recompute, self.undo, self.saving = candidates, undo, saving
 
     # -- entry point -----------------------------------------------------------------------------------
     def sweep(self, live_out: set[str], droppable: set[str]) -> list[Stmt]:
@@ -271,7 +277,7 @@ class Reverse:
                 )
             if not s.accumulate and s.array not in self.cleared:
                 rev.append(Store(adj(s.array), s.index, Lit(0.0, typed=True), line=s.line))
-        if s.array in self.undo:
+        if id(s) in self.saving:
             kind = self.kinds[s.array]
             assert isinstance(kind, ArrayKind)
             old = self.fresh(s, "old", scalar_type(kind.dtype))
@@ -752,6 +758,44 @@ def _drop_stores(
         for s in stmts
         if not (isinstance(s, Store) and s.array in arrays and id(s) not in keep)
     ]
+
+
+def _stores_to_save(body: list[Stmt], recompute: set[int], undo: set[str]) -> set[int]:
+    """id() of the stores into ``undo`` arrays whose old value a recomputed loop may read again.
+
+    The reverse sweep re-runs a recomputed loop on the array values of its own moment, so a store it may see
+    overwritten must save the old value: one after the loop, or one in a loop around both (a later
+    iteration's store precedes the next run of the loop). A store that every such loop follows, with no
+    loop around both, needs none: filling a local array, or summing into it, before the loops that read it.
+    """
+    order: dict[int, int] = {}
+    around: dict[int, tuple[int, ...]] = {}
+
+    def visit(stmts: list[Stmt], loops: tuple[int, ...]) -> None:
+        for s in stmts:
+            order[id(s)] = len(order)
+            around[id(s)] = loops
+            inner = (*loops, id(s)) if isinstance(s, (For, While)) else loops
+            for block in blocks(s):
+                visit(block, inner)
+
+    visit(body, ())
+    readers = [
+        (s, loaded_arrays(_loop_code(s)))
+        for s in walk(body)
+        if isinstance(s, (For, While)) and id(s) in recompute
+    ]
+    return {
+        id(s)
+        for s in walk(body)
+        if isinstance(s, Store)
+        and s.array in undo
+        and any(
+            s.array in reads
+            and (order[id(loop)] < order[id(s)] or set(around[id(loop)]) & set(around[id(s)]))
+            for loop, reads in readers
+        )
+    }
 
 
 def _loop_code(s: For | While) -> list[Stmt]:

@@ -5,7 +5,8 @@ Irecv, Bcast, Reduce, Allreduce, Gather, Scatter, Allgather, Alltoall, Reduce_sc
 Barrier, Split, Dup, Free). Outside ``pad.autodiff``/``pad.fwddiff`` they are plain mpi4py calls; inside,
 each op is differentiated (see each family's module for its adjoint). Convention: the objective is the
 sum over ranks of each rank's seeded outputs. ``Halo`` exchanges shared or ghost points of structured
-meshes. ``PAD_MPI_DEBUG=1`` logs every transfer pad makes; ``stats()`` and ``trace()`` count and record them.
+meshes. ``PAD_MPI_DEBUG=1`` logs every transfer pad makes; ``stats()`` and ``trace()`` count and record them;
+``transport()`` says whether device buffers go to MPI directly (a CUDA-aware MPI) or through host memory.
 """
 
 from pad.mpi import collectives, communicators, nonblocking, p2p, reductions
@@ -22,6 +23,7 @@ from pad.mpi._core import (
     Comm,
     MismatchError,
     Request,
+    transport,
 )
 from pad.mpi._wire import Event, reset_stats, set_debug, stats, trace
 from pad.mpi.halo import Halo
@@ -50,4 +52,5 @@ __all__ = [
     "set_debug",
     "stats",
     "trace",
+    "transport",
 ]

@@ -10,7 +10,9 @@ the private duplicate, so pad's own traffic can never match the user's messages.
 
 from __future__ import annotations
 
+import ctypes
 import functools
+import os
 import weakref
 import zlib
 from collections.abc import Callable
@@ -41,7 +43,8 @@ class MismatchError(ValueError):
 
 
 class Adjoint:
-    """A tape record whose reverse runs a closure: an op's adjoint, written beside its forward."""
+    """A tape record whose reverse runs a closure: an op's adjoint, written beside its forward (timed as the
+    ``reverse`` phase of ``pad.mpi.stats()``)."""
 
     __slots__ = ("run",)
 
@@ -49,7 +52,11 @@ class Adjoint:
         self.run = run
 
     def reverse(self) -> None:
-        self.run()
+        began = _wire.start()
+        try:
+            self.run()
+        finally:
+            _wire.stop("reverse", began)
 
 
 # ---------------------------------------------------------------------------------------------- Comm
@@ -120,12 +127,29 @@ def register(name: str, *, passthrough: bool = True) -> Callable[[Callable[..., 
 
             def method(self: Comm, *args: Any, **kwargs: Any) -> Any:
                 ctx = tape.current()
-                if ctx is None and self._size == 1 and name in ONE_RANK and _on_device(args, kwargs):
-                    out = ONE_RANK[name](*args, **kwargs)
+                began = _wire.start()
+                try:
+                    return passed(self, ctx, args, kwargs)
+                finally:
+                    _wire.stop(current_phase(ctx), began)
+
+            def passed(self: Comm, ctx: tape.Context | None, args: tuple, kwargs: dict) -> Any:
+                device = _on_device(args, kwargs)
+                if ctx is None:
+                    _wire.plain_call()
+                if self._size == 1 and name in ONE_RANK and device:
                     _recorded(self, name, method, args, kwargs, cupy=True)
-                    return out
+                    return ONE_RANK[name](ctx, *args, **kwargs)
                 _recorded(self, name, method, args, kwargs, cupy=False)
-                if ctx is None and not _on_device(args, kwargs):
+                if device and (ctx is None or (ctx.reverse_mode and name in DIRECT)) and direct(self):
+                    for a in (*args, *kwargs.values()):
+                        arrays.synchronize(a)
+                    return (
+                        getattr(self.mpi, name)(*args, **kwargs)
+                        if ctx is None
+                        else impl(self, ctx, *args, **kwargs)
+                    )
+                if ctx is None and not device:
                     return getattr(self.mpi, name)(*args, **kwargs)
                 return _staged(self, ctx, name, impl, args, kwargs)
 
@@ -133,7 +157,12 @@ def register(name: str, *, passthrough: bool = True) -> Callable[[Callable[..., 
 
             def method(self: Comm, *args: Any, **kwargs: Any) -> Any:
                 _recorded(self, name, method, args, kwargs, cupy=False)
-                return impl(self, tape.current(), *args, **kwargs)
+                ctx = tape.current()
+                began = _wire.start()
+                try:
+                    return impl(self, ctx, *args, **kwargs)
+                finally:
+                    _wire.stop(current_phase(ctx), began)
 
         method.__name__ = method.__qualname__ = name
         method.__doc__ = impl.__doc__
@@ -166,6 +195,14 @@ class Request:
     def Waitall(requests: list[Any], statuses: list[Any] | None = None) -> None:
         """Wait for every request (pad's or mpi4py's) in one MPI Waitall, then run pad's completion
         steps in the order of ``requests``."""
+        began = _wire.start()
+        try:
+            Request._waitall(requests, statuses)
+        finally:
+            _wire.stop(current_phase(tape.current()), began)
+
+    @staticmethod
+    def _waitall(requests: list[Any], statuses: list[Any] | None) -> None:
         inner: list[Any] = []
         sts: list[Any] = []
         for i, r in enumerate(requests):
@@ -230,11 +267,12 @@ def pair_tag(ctx: tape.Context, comm: Comm, direction: str, peer: int, tag: int)
 
 # ---------------------------------------------------------------------------------------------- buffers
 def as_array(buf: Any) -> Any:
-    """The NumPy array of an mpi4py buffer argument (``arr``, ``[arr, type]``, ``[arr, count, type]``).
+    """The NumPy array of an mpi4py buffer argument (``arr``, ``[arr, type]``, ``[arr, count, type]``), or
+    the device array handed to a CUDA-aware MPI (``DIRECT``).
 
     ``None`` and ``IN_PLACE`` pass through. Only whole-array buffers are differentiated.
     """
-    if buf is None or buf is IN_PLACE or isinstance(buf, np.ndarray):
+    if buf is None or buf is IN_PLACE or isinstance(buf, np.ndarray) or arrays.is_device(buf):
         return buf
     if isinstance(buf, (list, tuple)) and buf and isinstance(buf[0], np.ndarray):
         arr = buf[0]
@@ -257,14 +295,14 @@ def float_shadow(ctx: tape.Context, x: Any) -> Any:
     if x is None or x is IN_PLACE:
         return x
     dx = ctx.shadow(x)
-    return dx if dx is not None else np.zeros_like(x)
+    return dx if dx is not None else arrays.zeros_like(x)
 
 
 def flat(x: np.ndarray, count: int) -> np.ndarray:
     """The first ``count`` elements of ``x`` (``x`` itself when that is all of it), as a view."""
     if count == x.size:
         return x
-    if not x.flags.c_contiguous:
+    if not arrays.c_contiguous(x):
         raise ValueError("pad.mpi: a partial receive needs a contiguous shadow")
     return x.reshape(-1)[:count]
 
@@ -296,7 +334,7 @@ def outgoing(dx: np.ndarray | None) -> np.ndarray:
 
 def incoming(dx: np.ndarray | None) -> np.ndarray:
     """A buffer to receive the adjoint message for shadow ``dx`` into (empty for integer data)."""
-    return EMPTY if dx is None else np.empty_like(dx)
+    return EMPTY if dx is None else arrays.empty(dx, dx.shape, dx.dtype)
 
 
 def checked(run: Callable[[Any], Any], expected: np.ndarray, what: str, peer: int) -> None:
@@ -363,6 +401,11 @@ def phase(ctx: tape.Context) -> str:
     return "forward" if ctx.reverse_mode else "tangent"
 
 
+def current_phase(ctx: tape.Context | None) -> str:
+    """The phase of ``pad.mpi.stats()`` a call made now counts in (``plain`` outside autodiff/fwddiff)."""
+    return "plain" if ctx is None else phase(ctx)
+
+
 def note(
     comm: Comm, phase: str, call: str, where: str, tag: int | None, nbytes: int, op: str, adj: str = ""
 ) -> None:
@@ -382,10 +425,18 @@ def _recorded(comm: Comm, name: str, method: Any, args: tuple, kwargs: dict, cup
         record.add(functools.partial(method, comm, *args, **kwargs), cupy=cupy)
 
 
-def _copy(sendbuf: Any, recvbuf: Any, *_: Any, **__: Any) -> None:
-    """A collective of one rank whose result is its input (Allreduce, Allgather, ...): a device copy."""
-    if sendbuf is not IN_PLACE:
-        arrays.assign(recvbuf.reshape(sendbuf.shape), sendbuf)
+def _copy(ctx: tape.Context | None, sendbuf: Any, recvbuf: Any, *_: Any, **__: Any) -> None:
+    """A collective of one rank whose result is its input (Allreduce, Allgather, ...): a device copy,
+    differentiated as one (the reduction of one value is that value, whatever the op)."""
+    if sendbuf is IN_PLACE:
+        return
+    dst = recvbuf.reshape(sendbuf.shape)
+    if ctx is not None:
+        state(ctx)
+        ctx.will_write([dst])
+    arrays.assign(dst, sendbuf)
+    if ctx is not None and sendbuf.dtype.kind == "f":
+        _link_copy(ctx, src=sendbuf, dst=dst)
 
 
 def _nothing(*_: Any, **__: Any) -> None:
@@ -399,11 +450,56 @@ ONE_RANK: dict[str, Callable[..., None]] = {
     ),
     **dict.fromkeys(("Bcast", "Barrier", "Exscan"), _nothing),
 }
-"""Collectives that a communicator of one rank runs on device buffers without staging them through the host
-(outside ``autodiff``): no host round trip, so a ``pad.graph`` step can capture them."""
+"""Collectives that a communicator of one rank runs on device buffers without staging them through the host:
+no host round trip per call (a LULESH cycle's time step), and a ``pad.graph`` step can capture them."""
 
 
-# ---------------------------------------------------------------------------------------------- device staging
+# ---------------------------------------------------------------------------------------------- device buffers
+DIRECT = frozenset(("Isend", "Irecv"))
+"""Ops that hand device buffers to a CUDA-aware MPI inside ``autodiff`` too (the messages of halo exchanges,
+and their adjoints). Outside ``autodiff``/``fwddiff`` every op does; the others stage through host memory."""
+
+_cuda_aware: list[tuple[bool, str]] = []
+
+
+def transport() -> dict[str, str]:
+    """How pad.mpi moves device buffers between ranks: ``{"device_buffers": "direct" | "staged", "why": ...}``.
+
+    ``direct`` where the MPI library says it is CUDA-aware (``MPIX_Query_cuda_support()``, which Open MPI and
+    MPICH provide, returns 1) or ``PAD_MPI_CUDA_AWARE=1`` says so: plain calls, and ``DIRECT`` ops inside
+    ``autodiff``, hand mpi4py the device buffers once the device's queued work is done. Otherwise, or with
+    ``PAD_MPI_CUDA_AWARE=0``, device buffers are copied through host memory (and the copies differentiated).
+    """
+    if not _cuda_aware:
+        _cuda_aware.append(_query_cuda_support())
+    aware, why = _cuda_aware[0]
+    return {"device_buffers": "direct" if aware else "staged", "why": why}
+
+
+def _query_cuda_support() -> tuple[bool, str]:
+    setting = os.environ.get("PAD_MPI_CUDA_AWARE")
+    if setting is not None:
+        if setting not in ("0", "1"):
+            raise ValueError(f"PAD_MPI_CUDA_AWARE must be 0 or 1, not {setting!r}")
+        return setting == "1", f"PAD_MPI_CUDA_AWARE={setting}"
+    try:  # mpi4py does not wrap it; the MPI library is a dependency of mpi4py's extension module
+        query = ctypes.CDLL(MPI.__file__).MPIX_Query_cuda_support
+    except (OSError, AttributeError):
+        return False, "the MPI library has no MPIX_Query_cuda_support"
+    query.restype = ctypes.c_int
+    answer = int(query())
+    return answer == 1, f"MPIX_Query_cuda_support() returned {answer}"
+
+
+def direct(comm: Comm) -> bool:
+    """Whether device buffers go to MPI as they are (logged once per process with ``PAD_MPI_DEBUG``)."""
+    first = not _cuda_aware
+    how = transport()
+    if first:
+        _wire.say(comm.rank, f"device buffers: {how['device_buffers']} ({how['why']})")
+    return how["device_buffers"] == "direct"
+
+
 def _on_device(args: tuple, kwargs: dict) -> bool:
     return any(arrays.is_device(a) for a in (*args, *kwargs.values()))
 
@@ -415,14 +511,20 @@ def _staged(
     (differentiably)."""
     if ctx is not None:
         state(ctx)  # marks the context as one that communicates
+        if ctx.protected:  # arrays under differentiation, read-only to the program: receive into aliases
+            args = tuple(_writable(ctx, a) for a in args)
+            kwargs = {k: _writable(ctx, v) for k, v in kwargs.items()}
     if not _on_device(args, kwargs):
         return impl(comm, ctx, *args, **kwargs)
+    direct(comm)  # logs the choice
     copies: list[tuple[Any, np.ndarray]] = []
+    stage = current_phase(ctx)
 
     def host(a: Any) -> Any:
         if not arrays.is_device(a):
             return a
         h = arrays.to_host(a)
+        _wire.staged(stage, h.nbytes)
         copies.append((a, h))
         if ctx is not None and h.dtype.kind == "f":
             _link_copy(ctx, src=a, dst=h)
@@ -433,6 +535,7 @@ def _staged(
             if ctx is not None:
                 ctx.will_write([d])
             arrays.assign(d, h)
+            _wire.staged(stage, h.nbytes)
             if ctx is not None and h.dtype.kind == "f":
                 _link_copy(ctx, src=h, dst=d)
 
@@ -446,6 +549,13 @@ def _staged(
         return result
     back()
     return result
+
+
+def _writable(ctx: tape.Context, buf: Any) -> Any:
+    """A buffer argument (``arr``, ``[arr, ...]``) with its array writable (``tape.Context.writable``)."""
+    if isinstance(buf, (list, tuple)) and buf:
+        return type(buf)([ctx.writable(buf[0]), *buf[1:]])
+    return ctx.writable(buf)
 
 
 def _link_copy(ctx: tape.Context, src: Any, dst: Any) -> None:
@@ -462,6 +572,7 @@ def _link_copy(ctx: tape.Context, src: Any, dst: Any) -> None:
     def reverse() -> None:
         arrays.add(dsrc, ddst)
         arrays.assign(ddst, np.zeros(ddst.shape, ddst.dtype))
+        _wire.staged("reverse", ddst.nbytes)
 
     ctx.record(Adjoint(reverse))
 

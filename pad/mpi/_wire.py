@@ -1,9 +1,15 @@
-"""Every transfer pad makes inside ``autodiff``/``fwddiff``: debug log, byte counters and traces.
+"""Every transfer pad makes inside ``autodiff``/``fwddiff``: debug log, byte counters and traces; and, in
+every phase, the time spent in pad.mpi and the bytes of device buffers staged through host memory.
 
 Ops call :func:`note` once per MPI call they make. The byte count of a call is the payload this rank
 receives *from other ranks* by the op's semantics (a rank's own block is not counted, nor are the tiny
 consistency checks), so the count is independent of the algorithm MPI picks and a transpose moves exactly
 what its forward moved: summed over ranks, Bcast's ``(size-1)*n`` equals its adjoint Reduce's.
+
+Phases: ``plain`` (calls outside ``autodiff``/``fwddiff``, counted but not their payload), ``forward``
+(autodiff's forward sweep), ``reverse`` (its adjoint) and ``tangent`` (fwddiff). Time is wall-clock time
+inside pad.mpi's calls, halo exchanges and adjoints (the outermost of nested ones), waits for the device
+included: staging a device buffer waits for the kernels that wrote it.
 """
 
 from __future__ import annotations
@@ -11,10 +17,14 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-__all__ = ["Event", "note", "reset_stats", "set_debug", "stats", "trace"]
+__all__ = [
+    "Event", "note", "plain_call", "reset_stats", "say", "set_debug", "staged", "start", "stats", "stop", "trace",
+]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -42,8 +52,12 @@ class Event:
 
 _debug = os.environ.get("PAD_MPI_DEBUG", "") not in ("", "0")
 _traces: list[list[Event]] = []
-_bytes: dict[str, int] = {"forward": 0, "reverse": 0, "tangent": 0}
-_calls: dict[str, int] = {"forward": 0, "reverse": 0, "tangent": 0}
+PHASES = ("plain", "forward", "reverse", "tangent")
+_bytes: dict[str, int] = dict.fromkeys(PHASES, 0)
+_calls: dict[str, int] = dict.fromkeys(PHASES, 0)
+_staged: dict[str, int] = dict.fromkeys(PHASES, 0)
+_seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
+_depth = threading.local()
 
 
 def set_debug(on: bool) -> None:
@@ -67,14 +81,55 @@ def note(
         print(event.line(), file=sys.stderr, flush=True)
 
 
-def stats() -> dict[str, dict[str, int]]:
-    """Bytes received from other ranks and MPI calls made by pad on this rank, per phase."""
-    return {phase: {"bytes": _bytes[phase], "calls": _calls[phase]} for phase in _bytes}
+def say(rank: int, text: str) -> None:
+    """A line of the debug log that is no transfer (how device buffers travel, say)."""
+    if _debug:
+        print(f"r{rank} | {text}", file=sys.stderr, flush=True)
+
+
+def plain_call() -> None:
+    """Count a call outside autodiff/fwddiff."""
+    _calls["plain"] += 1
+
+
+def staged(phase: str, nbytes: int) -> None:
+    """Account for a copy of a device buffer to or from host memory."""
+    _staged[phase] += nbytes
+
+
+def start() -> float:
+    """Start timing a pad.mpi call; nested calls (a halo exchange's messages) count within the outermost."""
+    depth = getattr(_depth, "n", 0)
+    _depth.n = depth + 1
+    return time.perf_counter() if depth == 0 else -1.0
+
+
+def stop(phase: str, began: float) -> None:
+    """End what :func:`start` began, in ``phase``."""
+    _depth.n -= 1
+    if began >= 0.0:
+        _seconds[phase] += time.perf_counter() - began
+
+
+def stats() -> dict[str, dict[str, float]]:
+    """Per phase: bytes received from other ranks and MPI calls made by pad on this rank (inside
+    autodiff/fwddiff; outside them, ``plain``, the calls only), bytes of device buffers staged through host
+    memory, and seconds spent in pad.mpi."""
+    return {
+        phase: {
+            "bytes": _bytes[phase],
+            "calls": _calls[phase],
+            "staged_bytes": _staged[phase],
+            "seconds": _seconds[phase],
+        }
+        for phase in PHASES
+    }
 
 
 def reset_stats() -> None:
-    for phase in _bytes:
-        _bytes[phase] = _calls[phase] = 0
+    for phase in PHASES:
+        _bytes[phase] = _calls[phase] = _staged[phase] = 0
+        _seconds[phase] = 0.0
 
 
 @contextlib.contextmanager

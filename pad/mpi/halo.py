@@ -24,7 +24,8 @@ from typing import Any
 import numpy as np
 
 from pad import arrays, tape
-from pad.mpi._core import Adjoint, Comm, Request, float_shadow
+from pad.mpi import _wire
+from pad.mpi._core import Adjoint, Comm, Request, current_phase, float_shadow
 
 Region = Any  # a tuple of slices, or an integer index array into a flat axis
 
@@ -86,6 +87,14 @@ class Halo:
         """
         if op not in ("sum", "copy"):
             raise ValueError(f"pad.mpi.Halo.exchange: op must be 'sum' or 'copy', got {op!r}")
+        ctx = tape.current()
+        began = _wire.start()  # packing and unpacking count with the messages, as in the adjoint
+        try:
+            self._exchange(ctx, a, op)
+        finally:
+            _wire.stop(current_phase(ctx), began)
+
+    def _exchange(self, ctx: tape.Context | None, a: Any, op: str) -> None:
         me, owner_wins = self.comm.rank, self.shared and op == "copy"
         links = [
             (
@@ -97,7 +106,8 @@ class Halo:
             )
             for rank, send, recv, st, rt in self.links
         ]
-        ctx = tape.current()
+        if ctx is not None:
+            a = ctx.writable(a)  # an array under differentiation is read-only to the program
         outgoing = [(rank, tag, _pack(ctx, a, send)) for rank, send, _, tag, _ in links if send is not None]
         incoming = [
             (rank, tag, recv, arrays.empty(a, a[_at(recv)].shape, a.dtype))

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 from mpi4py import MPI
 
-from pad import tape
+from pad import arrays, tape
 from pad.mpi._core import (
     ANY_SOURCE,
     ANY_TAG,
@@ -71,13 +71,14 @@ def isend(comm: Comm, ctx: tape.Context, buf: Any, dest: int, tag: int = 0) -> R
     def wait_reverse() -> None:
         nonlocal adjoint, got
         got = incoming(dx)
+        arrays.synchronize(got)  # a device buffer handed to MPI: its memory's earlier work done
         adjoint = comm.private.Irecv(got, dest, ptag)
         note(comm, "reverse", "Irecv", f"<- {dest}", tag, got.nbytes, "Isend")
 
     def isend_reverse() -> None:
         checked(adjoint.Wait, got, "adjoint of Isend", dest)
         if dx is not None:
-            dx[...] += got
+            arrays.add(dx, got)
 
     ctx.record(Adjoint(isend_reverse))
     return _track(ctx, Request([req], [lambda _: ctx.record(Adjoint(wait_reverse))]), what)
@@ -90,6 +91,7 @@ def irecv(comm: Comm, ctx: tape.Context, buf: Any, source: int = ANY_SOURCE, tag
     waits for it and zeroes that shadow."""
     x = as_array(buf)
     ctx.will_write([x])
+    arrays.synchronize(x)  # a device buffer handed to MPI: the copy the tape keeps of it taken first
     dx = shadow(ctx, x)
     both = x if ctx.reverse_mode else joined(x, dx, True)
     req = comm.mpi.Irecv(both, source, tag)
@@ -115,6 +117,7 @@ def irecv(comm: Comm, ctx: tape.Context, buf: Any, source: int = ANY_SOURCE, tag
 
     def wait_reverse(src: int, tg: int) -> None:
         nonlocal adjoint
+        arrays.synchronize(outgoing(part))  # the adjoint kernels that summed into it done
         adjoint = comm.private.Isend(outgoing(part), src, ptag)
         note(comm, "reverse", "Isend", f"-> {src}", tg, 0, "Irecv")
 

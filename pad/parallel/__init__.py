@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from pad import arrays, tape
-from pad.kernel import Kernel, Variant
+from pad.kernel import Kernel, KernelSyntaxError, Variant, checks
 from pad.parallel import cpu, graph
 
 __all__ = ["LaunchAccess", "LaunchRecord", "launch"]
@@ -59,11 +59,21 @@ def _target(k: Kernel, args: tuple) -> str:
 
 
 def _run(variant: Variant, n: int, args: tuple, extras: Any = (), shadows: Any = None) -> Any:
-    if variant.target == "cpu":
-        return cpu.run(variant, n, args, extras, shadows)
-    from pad.parallel import gpu
+    if variant.race and n > 1:
+        raise KernelSyntaxError(variant.race)
+    try:
+        if variant.target == "cpu":
+            return cpu.run(variant, n, args, extras, shadows)
+        from pad.parallel import gpu
 
-    return gpu.run(variant, n, args, extras)
+        return gpu.run(variant, n, args, extras)
+    except IndexError as e:  # PAD_DEBUG: a checked access out of range
+        if variant.sites is None:
+            raise
+        message = checks.out_of_range(e, variant.filename, variant.kernel, variant.mode, variant.sites)
+        if message is None:
+            raise
+        raise IndexError(message) from None
 
 
 def launch(k: Kernel, n: int, *args: Any) -> None:
@@ -81,6 +91,11 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
         return
     if replay is not None:
         replay.refuse(f"it differentiates ({k.fn.__name__} launched inside autodiff or fwddiff)")
+    if ctx.protected:  # arrays under differentiation, read-only to the program: kernels get writable aliases
+        args = tuple(map(ctx.writable, args))
+    checked = checks.enabled()
+    if checked:  # an array a launch left, changed since by a write pad did not see
+        ctx.verify(f"pad.launch({k.fn.__name__})")
     shadows = [ctx.shadow(a) if hasattr(a, "shape") and getattr(a, "ndim", 0) > 0 else None for a in args]
     active = tuple(
         s is not None or isinstance(a, tape.ActiveScalar) for a, s in zip(args, shadows, strict=True)
@@ -92,6 +107,8 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
         tangents = [shadows[p] for p in variant.active_arrays]
         tangents += [args[p].tangent for p in variant.active_scalars]
         _run(variant, n, plain, tangents, shadows)
+        if checked:
+            ctx.settle((args[p] for p in variant.stored), f"pad.launch({k.fn.__name__})")
         return
     variant = k.variant(plain, "adjoint", active, target)
     kept = {p: ctx.keep(args[p]) for p in variant.loaded}
@@ -100,7 +117,7 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
     slots = [args[p].slot for p in variant.active_scalars]
     if ctx.fuse and ctx.at_top_level():
         fused = k.variant(plain, "fused", active, target)
-        if fused.fuses:
+        if fused.fuses and not (fused.race and n > 1):  # a race is refused by the primal launch
             record = LaunchRecord(ctx, fused, n, plain, kept, shadows, slots)
             record.deferred = (primal, variant)
             ctx.record(record)
@@ -108,6 +125,8 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
             return
     _run(primal, n, plain)
     ctx.record(LaunchRecord(ctx, variant, n, plain, kept, shadows, slots))
+    if checked:
+        ctx.settle((args[p] for p in variant.stored), f"pad.launch({k.fn.__name__})")
 
 
 class LaunchAccess:
@@ -150,6 +169,13 @@ class LaunchRecord:
     def reverse(self) -> None:
         args = list(self.args)
         for p, kept in self.kept.items():
+            if kept.changed():  # PAD_DEBUG: a write pad did not see
+                raise ValueError(
+                    f"pad.launch({self.variant.kernel}): argument {p + 1} was changed after the launch by a "
+                    "write pad did not see (NumPy's, to an array pad does not protect: one the program "
+                    "allocates, a pad.Const, a GPU array), and the launch's adjoint needs its old values. Write "
+                    "it with pad.copy/scale/axpy/fill or in a kernel, or write a copy"
+                )
             # Arrays the kernel both reads and writes are replayed on a scratch copy of their old values.
             args[p] = kept.scratch() if p in self.variant.stored else kept.value
             if p not in self.variant.stored:

@@ -19,13 +19,14 @@ import os
 import struct
 import threading
 import warnings
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from pad import arrays
-from pad.kernel import Variant
+from pad import arrays, tape
+from pad.kernel import Variant, compiler
 from pad.kernel.cuda_runtime import cuda
 from pad.kernel.emit import BLOCK
 
@@ -49,17 +50,24 @@ def _simulated() -> bool:
     return bool(config.ENABLE_CUDASIM)  # type: ignore[attr-defined]
 
 
+_free_at_start: dict[int, int] = {}  # device -> free bytes when pad first needed a tape on it
+
+
 def _tape_limit(like: Any) -> int:
     limit = os.environ.get("PAD_GPU_TAPE_LIMIT")
     if limit is not None:
         return int(limit)
-    if arrays.is_cupy(like):
-        import cupy
-
-        return int(cupy.cuda.runtime.memGetInfo()[0]) // 2
     if _simulated():
         return 1 << 30
-    return int(cuda.current_context().get_memory_info()[0]) // 2
+    device = arrays.device_id(like) or 0
+    if device not in _free_at_start:
+        if arrays.is_cupy(like):
+            import cupy
+
+            _free_at_start[device] = int(cupy.cuda.runtime.memGetInfo()[0])
+        else:
+            _free_at_start[device] = int(cuda.current_context().get_memory_info()[0])
+    return _free_at_start[device] // 2
 
 
 def _blocks(n: int) -> int:
@@ -86,7 +94,7 @@ def _slots(variant: Variant, n: int, args: Sequence[Any], like: Any) -> int:
     """Tape slots per launch index the adjoint needs (compile-time, or bounded by the depth kernel)."""
     if variant.depth_launcher is None:
         return variant.tape_slots
-    depth = arrays.empty(like, (n,), np.int64)
+    depth = arrays.zeros(like, (n,), np.int64)  # zeros: a launch compiled ahead does not run
     _launch(variant.depth_launcher, _blocks(n), [n, *args, depth])
     return int(depth.max()) if arrays.is_cupy(depth) else int(depth.copy_to_host().max())
 
@@ -124,17 +132,49 @@ def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = (
             )
         stats["tape_bytes"] = nbytes
         stats["peak_tape_bytes"] = max(stats["peak_tape_bytes"], nbytes)
-        overflow = arrays.zeros(like, (1,), np.int32)
+        overflow = _overflow_flag(variant.kernel, like)
         call += [arrays.empty(like, (slots, columns), np.float64), overflow]
     _launch(variant.launcher, _blocks(n * lanes), call)
     _clear_seeds(variant, n, extras)
-    if overflow is not None and int(arrays.to_host(overflow)[0]):
-        raise TapeOverflow(
-            f"pad.launch({variant.kernel}): the adjoint overflowed its tape; please report this kernel"
-        )
+    if overflow is not None and tape.current() is None:
+        _check_tape(overflow, [variant.kernel])
     if act is not None:
         outputs += arrays.to_host(act).sum(axis=0)
     return outputs
+
+
+_flags: weakref.WeakKeyDictionary[tape.Context, dict[int, tuple[Any, list[str]]]] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def _overflow_flag(kernel: str, like: Any) -> Any:
+    """The flag an adjoint launch with a tape sets if it overflows (a guard against a wrong depth bound).
+
+    Inside ``autodiff`` every such launch on a device shares one flag, read once when the reverse pass ends:
+    reading it waits for the device, and a wait per launch kept the adjoints from queueing up. Outside, the
+    caller reads a launch's own flag at once."""
+    ctx = tape.current()
+    if ctx is None:
+        return arrays.zeros(like, (1,), np.int32)
+    per_device = _flags.setdefault(ctx, {})
+    names: list[str]
+    device = arrays.device_id(like) or 0
+    if device not in per_device:
+        flag, names = arrays.zeros(like, (1,), np.int32), []
+        per_device[device] = (flag, names)
+        ctx.after_reverse.append(lambda: _check_tape(flag, names))
+    flag, kernels = per_device[device]
+    if kernel not in kernels:
+        kernels.append(kernel)
+    return flag
+
+
+def _check_tape(overflow: Any, kernels: list[str]) -> None:
+    if int(arrays.to_host(overflow)[0]):
+        raise TapeOverflow(
+            f"the adjoint of {' or '.join(kernels)} overflowed its tape on the GPU; please report the kernel"
+        )
 
 
 def _clear_seeds(variant: Variant, n: int, shadows: Sequence[Any]) -> None:
@@ -160,6 +200,8 @@ def _launch(dispatcher: Any, blocks: int, call: list[Any]) -> None:
     direct = _compiled.get(key)
     if direct is not None:
         direct(blocks, call)
+        return
+    if compiler.note(dispatcher, call):  # compiled ahead (pad.precompile), not run
         return
     with warnings.catch_warnings():  # numba warns about small grids; a launch's size is the user's choice
         warnings.filterwarnings("ignore", message=".*Grid size")

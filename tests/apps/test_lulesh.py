@@ -283,6 +283,8 @@ def test_eight_ranks_reproduce_the_serial_run_of_twice_the_edge(tmp_path):
     assert (r["ranks"], r["iterations"], r["problem"]["elements"]) == (8, 231, 1000)
     want = ORIGINAL_FULL_PRECISION[("-s", "10")]
     assert abs(r["final_origin_energy"] - want) <= 1e-12 * want and r["valid"]
+    plain = r["mpi"]["primal"]["plain"]  # per cycle: the halo exchanges and the time step's MIN
+    assert plain["calls"] > 0 and plain["seconds"] > 0 and plain["staged_bytes"] == 0
 
 
 @pytest.mark.skipif(not os.path.exists(_mpiexec()), reason="no mpiexec beside the interpreter")
@@ -294,3 +296,54 @@ def test_an_abort_on_one_rank_stops_every_rank():
     said = "VolumeError: non-positive relative volume in element 9 of rank 3 at cycle 1 (code -1)"
     ranks = re.findall(r"rank (\d): " + re.escape(said), done.stdout)
     assert sorted(map(int, ranks)) == list(range(8)), done.stdout + done.stderr
+
+
+def test_help_is_long_and_short_and_shows_the_defaults(capsys):
+    for flag in ("--help", "-h"):
+        with pytest.raises(SystemExit) as exc:
+            cli.main([flag])
+        text = " ".join(capsys.readouterr().out.split())
+        assert exc.value.code == 0 and text.startswith("usage: python -m apps.lulesh")
+        assert "elements per side per rank (default: 30)" in text and "(default: cpu)" in text
+        assert "(default: primal)" in text and "(default: until the stop time)" in text
+
+
+def test_timed_runs_compile_nothing(monkeypatch):
+    """Every kernel is compiled (or loaded from the cache) before the timed runs, none in one: a cold run
+    reports the times of a warm one. numba takes its compiler lock to compile a function or to load it from
+    its cache (``numba:compiler_lock`` events); the timed runs are those of ``-i 6`` cycles."""
+    from numba.core import event
+
+    compiled: list[tuple[int, int]] = []
+    timed = cli._timed
+
+    def counting(hydro, parameters, cycles, *args, **kwargs):
+        with event.install_recorder("numba:compiler_lock") as recorder:
+            out = timed(hydro, parameters, cycles, *args, **kwargs)
+        compiled.append((cycles, len(recorder.buffer)))
+        return out
+
+    monkeypatch.setattr(cli, "_timed", counting)
+    assert cli.main(["-s", "3", "-i", "6", "-q", "--mode", "grad", "--threads", "1"]) == 0
+    assert [n for cycles, n in compiled if cycles == 6] == [0, 0], compiled  # the primal's, the gradient's
+
+
+class _NoDriver:
+    """A CuPy that imports but finds no GPU, as on a machine without a driver."""
+
+    class cuda:
+        class runtime:
+            @staticmethod
+            def getDeviceCount() -> int:
+                raise RuntimeError("cudaErrorNoDevice: no CUDA-capable device is detected\nmore detail")
+
+
+def test_device_gpu_without_a_usable_gpu_is_one_line_and_status_2(capsys, monkeypatch):
+    monkeypatch.setitem(sys.modules, "cupy", _NoDriver)
+    monkeypatch.setattr(numba.config, "ENABLE_CUDASIM", 0, raising=False)
+    assert cli.main(["-s", "2", "-i", "1", "--device", "gpu"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "lulesh: error: --device gpu: no usable GPU (RuntimeError: cudaErrorNoDevice: no CUDA-capable device "
+        "is detected)"
+    ]

@@ -3,6 +3,7 @@ forward mode, other thread and rank counts, and the keep-everything tape."""
 
 from __future__ import annotations
 
+import argparse
 import itertools
 import json
 import os
@@ -140,10 +141,17 @@ def test_cli_grad_mode_checks_and_reports(tmp_path, capsys):
     assert cli.main(["-s", "3", "-i", "5", "--mode", "grad", "--check", "--json", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["mode"] == "grad" and r["valid"] and r["iterations"] == 5
-    assert r["checks"]["gradient"]["passed"] and r["checks"]["gradient_run_equals_primal"]
+    assert r["checks"]["gradient"]["passed"] and r["checks"]["gradient_run_equals_primal"]["passed"]
     assert r["time_grad_s"] > 0 and r["overhead"] == pytest.approx(r["time_grad_s"] / r["time_primal_s"])
     text = capsys.readouterr().out
     assert "Gradient per cycle" in text and text.rstrip().splitlines()[-1].startswith("FOM")
+    entries, dot, along = r["checks"]["gradient"]["parts"]
+    for part, tolerance in ((entries, "0.0001"), (dot, "1e-10"), (along, "1e-05")):
+        assert part["passed"] and f"check gradient: {part['what']}: error {part['error']:.3g}, " in text
+        assert f"tolerance {tolerance}: pass" in text
+    assert "20 entries of cycle 3's gradient against central differences" in entries["what"]
+    assert "check symmetry: symmetry of rank 0's energies on the z = 0 plane (MaxRelDiff): error " in text
+    assert "check gradient_run_equals_primal: " in text and "Warm-up (compiles)   = " in text
 
 
 def test_cli_sensitivity_mode_writes_the_gradient_and_its_plot(tmp_path, capsys):
@@ -153,6 +161,10 @@ def test_cli_sensitivity_mode_writes_the_gradient_and_its_plot(tmp_path, capsys)
     r = json.loads(out.read_text())
     assert r["valid"] and r["iterations"] == 23 and r["parameters"] == {"hgcoef": 2.5}
     assert r["checks"]["gradient"]["passed"] and r["snapshots"] == 4 and r["snapshots_peak"] <= 4
+    assert [p["what"] for p in r["checks"]["gradient"]["parts"]][:2] == [
+        "dJ/d(einit) against central differences of whole runs",
+        "dJ/d(hgcoef) against central differences of whole runs",
+    ]
     assert r["recomputed_steps"] >= r["optimal_recomputed_steps"] > 0 and r["peak_state_bytes"] > 0
     coords = np.load(npy)
     assert coords.shape == (64, 3) and r["gradient"]["coords_norm"] == pytest.approx(np.linalg.norm(coords))
@@ -169,6 +181,13 @@ def test_cli_sensitivity_mode_writes_the_gradient_and_its_plot(tmp_path, capsys)
         (["--check"], "--check: only with --mode grad or --mode sensitivity"),
         (["--mode", "grad", "--grad-output", "x.npy"], "--grad-output: only with --mode sensitivity"),
         (["--mode", "sensitivity", "--snapshots", "0"], "--snapshots"),
+        (["--mode", "grad", "--snapshots", "4"], "--snapshots: only with --mode sensitivity"),
+        (["--mode", "sensitivity", "--plot-scale", "linear"], "--plot-scale: only with --plot"),
+        (
+            ["--mode", "sensitivity", "--plot", "p.png", "--plot-slice", "4", "-s", "3"],
+            "--plot-slice: 4 is past",
+        ),
+        (["--mode", "sensitivity", "--plot", "p.png", "--plot-component", "w"], "--plot-component: invalid"),
         (["--mode", "gard"], "--mode: invalid choice: 'gard'"),
     ],
 )
@@ -176,3 +195,29 @@ def test_bad_gradient_flags_are_one_line_and_status_2(capsys, argv, message):
     assert cli.main(argv) == 2
     err = capsys.readouterr().err
     assert err.strip().count("\n") == 0 and message in err
+
+
+@pytest.mark.parametrize("component", ["norm", "x"])
+def test_sensitivity_figure_centres_nodes_and_names_the_global_mesh(component):
+    """8 ranks of -s 3: the global 6^3 mesh and the rank count in the title, one cell centred on each of the
+    7 x 7 nodes of the plane, a symmetric-log colour scale that shows the nodes at exactly zero."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.colors import SymLogNorm
+
+    coords = np.zeros((3, 7**3))
+    plane = np.arange(49.0).reshape(7, 7)  # 0 at the origin, then growing: values over two decades
+    coords[0, 49:98] = plane.ravel()  # the plane z = h
+    args = argparse.Namespace(s=3, plot_slice=1, plot_component=component, plot_scale=None, plot_contours=2)
+    fig = cli.sensitivity_figure(args, coords, 2, 40)
+    ax = fig.axes[0]
+    title = ax.get_title()
+    assert (
+        "6x6x6 elements (8 ranks of -s 3), 40 cycles" in title and "z = 0.1875 (node plane 1 of 0-6)" in title
+    )
+    (mesh,) = ax.collections[:1]
+    assert isinstance(mesh.norm, SymLogNorm) and mesh.norm.vmax == 48.0
+    assert mesh.norm.vmin == (0.0 if component == "norm" else -48.0) and mesh.norm.linthresh == 1.0
+    np.testing.assert_array_equal(mesh.get_array().reshape(7, 7), plane)
+    edges = mesh.get_coordinates()[0, :, 0]  # cell edges along x: half a spacing either side of each node
+    np.testing.assert_allclose(edges, (np.arange(8) - 0.5) * 1.125 / 6)
+    assert len(ax.collections) > 1  # the contour lines

@@ -43,3 +43,6 @@ def test_sbatch_script_runs_under_slurm(tmp_path, use_srun):
         result
     )  # the serial -s 10 run
     assert "Final Origin Energy" in text and "MPI tasks           =  8" in text, text
+    started = "ranks started by srun --mpi=pmi2;" if use_srun == "1" else "/mpiexec -n 8;"
+    assert text.startswith(f"lulesh.sbatch: job {job}, partition debug, account ") and started in text
+    assert "check reference: iteration count and Final Origin Energy equal the C++ original's" in text

@@ -200,7 +200,7 @@ def test_gradients_pass_check_grad(wrt, which, kernel):
 def test_driver_gradient_matches_finite_differences(wrt):
     dock = Docking(small_deck(nposes=24, smooth=True), ppwi=8)
     checked = dock.finite_difference_check(wrt, dock.gradient(wrt), count=6)
-    assert checked["fd_max_rel_err"] < 2e-2, checked
+    assert checked["max_rel_error"] < 2e-2, checked
 
 
 @pytest.mark.parametrize("wrt", ["protein", "poses", "forcefield"])
@@ -316,7 +316,16 @@ def test_cli_runs_and_writes_results(tmp_path, capsys):
     assert r["valid"] and r["mode"] == "grad" and r["overhead"] > 0 and r["checks"]["reference"]
     assert np.loadtxt(out).shape == (20,)
     assert np.load(grad).shape == (20, 6)
-    assert "valid: yes" in capsys.readouterr().out
+    assert r["compile_s"] >= 0.0 and r["checks"]["finite_differences"]["passed"]
+    text = capsys.readouterr().out
+    assert "valid: yes" in text and "warm-up (compiles): " in text
+    fd, ref = r["checks"]["finite_differences"], r["checks"]["reference"]
+    assert (
+        f"check finite_differences: 4 gradient entries against central differences of the energies: "
+        f"error {fd['error']:.3g}, tolerance 0.02: pass" in text
+    )
+    assert "check reference: 20 pose energies against the deck's reference energies" in text
+    assert f"error {ref['error']:.3g}, tolerance 0.00025: pass" in text
 
 
 def test_cli_finds_shipped_deck_by_name_or_path(tmp_path, capsys, monkeypatch):
@@ -366,7 +375,8 @@ def test_cli_optimize_lowers_energies(tmp_path, capsys):
         (["--ppwi", "0"], "--ppwi"),
         (["--mode", "fast"], "--mode"),
         (["--output", "/nonexistent/dir/e.txt"], "--output"),
-        (["--check"], "--check"),
+        (["--check"], "--check: only with --mode grad"),
+        (["--wrt", "poses"], "--wrt: only with --mode grad"),
         (["--threads", "4096"], "--threads"),
     ],
 )
@@ -390,3 +400,23 @@ def test_cli_bad_deck_exits_2_without_traceback(tmp_path):
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr and "protein.in" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_cli_help_shows_the_defaults(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert exc.value.code == 0 and text.startswith("usage: python -m apps.minibude")
+    assert (
+        "K descent steps on the poses (default: 0)" in text
+        and "(default: 8)" in text
+        and "(default: protein)" in text
+        and "(default: cpu)" in text
+    )
+
+
+def test_cli_without_reference_energies_or_check_says_nothing_was_checked(capsys):
+    """The synthetic deck has no reference energies: no ``valid: yes`` for what was not checked."""
+    assert main(["--poses", "1024", "--iterations", "1", "--threads", "1"]) == 0
+    text = capsys.readouterr().out
+    assert "valid: not checked" in text and "valid: yes" not in text and "1024 poses" in text

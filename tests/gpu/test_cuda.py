@@ -13,6 +13,7 @@ import pytest
 
 import pad
 from pad import arrays
+from pad.parallel import _run
 from tests.gpu.test_corpus_cuda import SIMULATED, _gpu_available, device
 
 pytestmark = [
@@ -308,3 +309,92 @@ def test_adjoint_of_few_indices_shares_its_sum_loops_and_agrees_with_cpu(kernel,
 
     for got, want in zip(run(device), run(np.asarray), strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-11, atol=1e-12)
+
+
+@pad.kernel
+def _squares(i, x, y):
+    y[i] = x[i] * x[i]
+
+
+@pad.kernel
+def _scaled(i, y, out):
+    out[i] = 3.0 * y[i] * y[i]
+
+
+@pytest.mark.parametrize("op", ["SUM", "MIN"])
+def test_one_rank_collectives_on_the_device_are_differentiated_copies(op, monkeypatch):
+    """On a one-rank communicator, Allreduce of device arrays is a device copy (no trip through the host),
+    inside autodiff too: its gradient equals the host run's, which goes through mpi4py."""
+    import pad.mpi
+    from pad.mpi import _core
+
+    def staged(*args):
+        raise AssertionError("a one-rank collective went through the host")
+
+    comm = pad.mpi.Comm(pad.mpi.COMM_WORLD.mpi.Split(pad.mpi.COMM_WORLD.rank))
+    n = 64
+
+    def program(x, y, z, out):
+        pad.launch(_squares, n, x, y)
+        comm.Allreduce(y, z, getattr(pad.mpi, op))
+        pad.launch(_scaled, n, z, out)
+
+    grads = []
+    for put in (lambda a: a, device):
+        if put is device:
+            monkeypatch.setattr(_core, "_staged", staged)
+        x = np.linspace(0.5, 1.5, n)
+        arrays_ = [put(x), put(np.zeros(n)), put(np.zeros(n)), put(np.zeros(n))]
+        shadows = [put(np.zeros(n)), put(np.zeros(n)), put(np.zeros(n)), put(np.ones(n))]
+        pad.autodiff(program, *(pad.Dup(a, d) for a, d in zip(arrays_, shadows, strict=True)))
+        grads.append((arrays.to_host(arrays_[3]), arrays.to_host(shadows[0])))
+    np.testing.assert_allclose(grads[1][0], grads[0][0], rtol=1e-14)
+    np.testing.assert_allclose(grads[1][1], grads[0][1], rtol=1e-14)
+    np.testing.assert_allclose(grads[0][1], 12.0 * np.linspace(0.5, 1.5, n) ** 3, rtol=1e-14)
+
+
+@pad.kernel
+def shifted(i, x, y):
+    y[i] = 2.0 * x[i + 1]
+
+
+@pad.kernel
+def gathered(i, idx, x, y):
+    y[i] = 3.0 * x[idx[i]]
+
+
+@pytest.mark.skipif(not SIMULATED, reason="PAD_DEBUG checks CUDA kernels on numba's simulator only")
+def test_debug_checks_every_access_on_the_simulator():
+    """The same message as on CPU threads: kernel, line, array, index, shape, launch index."""
+    x, y, dx, dy = device(np.ones(4)), device(np.zeros(4)), device(np.zeros(4)), device(np.ones(4))
+    idx = device(np.array([0, 1, 2, 7]))
+    with pad.debug():
+        with pytest.raises(
+            IndexError, match=r"in shifted \(primal\), launch index 3: index \(4,\) is out of"
+        ):
+            pad.launch(shifted, 4, x, y)
+        adjoint = gathered.variant((idx, x, y), "adjoint", (False, True, True), target="cuda")
+    with pytest.raises(
+        IndexError, match=r"in gathered \(adjoint\), launch index 3: index \(7,\) is out of range"
+    ):
+        _run(adjoint, 4, (idx, x, y), [dx, dy], [None, dx, dy])
+
+
+def test_array_operations_on_the_device():
+    """pad.copy/scale/axpy/fill are launches: they run and are differentiated where their arrays live."""
+    rng = np.random.default_rng(5)
+
+    def program(a, x, y):
+        pad.axpy(a, x, y)
+        pad.scale(y, a)
+        pad.copy(x, y)
+        pad.fill(y, 0.5)
+        pad.axpy(2.0, x, y)
+
+    x, y = rng.uniform(0.5, 1.5, (3, 4)), rng.uniform(0.5, 1.5, (3, 4))
+    pad.check_grad(
+        program,
+        pad.Active(1.3),
+        pad.Dup(device(x), device(np.zeros_like(x))),
+        pad.Dup(device(y), device(np.zeros_like(y))),
+    )

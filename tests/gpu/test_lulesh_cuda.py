@@ -6,7 +6,9 @@ Final Origin Energy must match the CPU's to 1e-10 relative.
 
 from __future__ import annotations
 
+import gc
 import json
+import weakref
 from typing import Any
 
 import numpy as np
@@ -14,9 +16,10 @@ import pytest
 from mpi4py import MPI
 
 import pad.mpi
-from apps.cli import Memory
+from apps.cli import CONTEXT_BYTES, Memory
 from apps.lulesh import hydro as H
 from apps.lulesh import mesh as M
+from apps.lulesh.adjoint import StepGradient
 from tests.apps.test_lulesh import _ranks, plant_faults_mid_run
 from tests.gpu.test_corpus_cuda import SIMULATED, _gpu_available
 
@@ -83,8 +86,14 @@ def test_a_fault_found_late_on_the_device_names_its_cycle_and_element():
     assert (fault.code, fault.cycle, fault.element) == (H.VOLUME_ERROR, 4, 7), fault
 
 
+EIGHT_RANKS_S2 = 8 * (CONTEXT_BYTES + H.device_bytes(2, "primal"))
+"""What 8 ranks of ``-s 2`` sharing one GPU need, by the apps' estimate."""
+
+
 @pytest.mark.skipif(not SIMULATED, reason="the 8-rank run shares one simulated device")
-def test_eight_device_ranks_reproduce_the_serial_run(tmp_path):
+def test_eight_device_ranks_reproduce_the_serial_run(tmp_path, monkeypatch):
+    """8 ranks on one GPU whose memory holds them exactly (``PAD_GPU_MEMORY``): the serial run of -s 4."""
+    monkeypatch.setenv("PAD_GPU_MEMORY", str(EIGHT_RANKS_S2))
     out = tmp_path / "r8.json"
     done = _ranks(8, "-m", "apps.lulesh", "-s", "2", "-i", "6", "--device", "gpu", "-q", "--json", str(out))
     assert done.returncode == 0, done.stderr
@@ -92,6 +101,73 @@ def test_eight_device_ranks_reproduce_the_serial_run(tmp_path):
     (n_cpu, cpu) = _run(4, 6, "cpu")
     assert (r["ranks"], r["iterations"]) == (8, n_cpu)
     assert abs(r["final_origin_energy"] - cpu[2][0]) <= 1e-10 * cpu[2][0]
+    assert r["gpu_memory"] == {"estimate_bytes": H.device_bytes(2, "primal"), "held_bytes": None}
+    # the halo exchanges' and the time step's device buffers, staged or handed to MPI as they are
+    mpi = r["mpi"]["primal"]["plain"]
+    assert mpi["calls"] > 0 and mpi["seconds"] > 0
+    assert (mpi["staged_bytes"] > 0) == (r["mpi"]["device_buffers"] == "staged")
+
+
+@pytest.mark.skipif(not SIMULATED, reason="fakes the simulated device's memory size")
+def test_more_ranks_than_the_gpu_memory_holds_stop_every_rank_with_status_2(tmp_path, monkeypatch):
+    """One byte short: every rank stops before allocating (no rank waits in a collective), status 2, and
+    rank 0 prints the one error naming the rank that does not fit, the GPU and the bytes."""
+    monkeypatch.setenv("PAD_GPU_MEMORY", str(EIGHT_RANKS_S2 - 1))
+    out = tmp_path / "r8.json"
+    done = _ranks(8, "-m", "apps.lulesh", "-s", "2", "--device", "gpu", "--json", str(out), timeout=120)
+    assert done.returncode == 2 and not out.exists() and "Run completed" not in done.stdout
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        "lulesh: error: --device gpu: rank 7 does not fit on the simulated GPU: rank(s) 0, 1, 2, 3, 4, 5, 6, 7 "
+        "share it and need 4.3 GB in all, over its 4.3 GB; rank 7 needs 536.9 MB (LULESH -s 2 --mode primal: "
+    ), done.stderr
+
+
+def _device_peak(monkeypatch, run: Any) -> int:
+    """The most bytes of simulated device arrays alive at once while ``run()`` runs, Python's garbage collector
+    off (what the estimate assumes: the garbage of a cycle stays until the next one)."""
+    from pad.kernel.cuda_runtime import cuda
+
+    live, peak = [0], [0]
+
+    def release(nbytes: int) -> None:
+        live[0] -= nbytes
+
+    def tracked(allocate: Any) -> Any:
+        def allocation(*args: Any, **kwargs: Any) -> Any:
+            a = allocate(*args, **kwargs)
+            live[0] += a.nbytes
+            peak[0] = max(peak[0], live[0])
+            weakref.finalize(a, release, a.nbytes)
+            return a
+
+        return allocation
+
+    for name in ("to_device", "device_array", "device_array_like"):
+        monkeypatch.setattr(cuda, name, tracked(getattr(cuda, name)))
+    gc.disable()
+    try:
+        run()
+    finally:
+        gc.enable()
+    return peak[0]
+
+
+@pytest.mark.skipif(not SIMULATED, reason="counts the simulator's device arrays")
+@pytest.mark.parametrize("mode", ["primal", "grad"])
+def test_the_memory_estimate_is_the_peak_of_a_simulated_run(monkeypatch, mode):
+    """``device_bytes`` against the device arrays alive at the peak of a one-rank run of -s 3, to 1 %, less
+    the halos' allowance (one rank exchanges nothing). Adding arrays to the step means updating the table."""
+
+    def run() -> None:
+        h = H.Hydro(M.build(3, 1, 0, 11, 1, 1), pad.mpi.Comm(MPI.COMM_SELF), Memory("gpu"))
+        s = h.initial_state()
+        h.setup(s)
+        h.advance(s, 2, leapfrog=StepGradient(h) if mode == "grad" else None)
+
+    peak = _device_peak(monkeypatch, run)
+    estimate = H.device_bytes(3, mode) - H.HALO_BYTES * 6 * 4**2
+    assert abs(estimate - peak) <= 0.01 * peak, (estimate, peak)
 
 
 def _gradients(nx: int, device: str) -> tuple[dict[str, np.ndarray], Any]:

@@ -41,6 +41,7 @@ def smooth(u, v):
         kept = ctx.keep(u)
     if ctx is not None:
         ctx.will_write([v])
+        v = ctx.writable(v)  # an array under differentiation is read-only to the program
     s = np.sin(u[1 : M + 1])
     new = np.zeros_like(v)
     new[1 : M + 1] = 0.6 * s + 0.2 * np.sin(u[0:M]) + 0.2 * np.sin(u[2 : M + 2])

@@ -37,12 +37,15 @@ def test_float_integer_mismatch_between_two_ranks(comm):
 
 
 def test_check_grad_fails_on_every_rank(comm):
-    """Only the last rank computes something pad does not see (an in-place NumPy update): every rank fails."""
+    """Only the last rank computes something pad does not see (an in-place NumPy update of an array the
+    program allocates; one of a pad.Dup array would be refused): every rank fails."""
 
     def f(x, y):
-        comm.Allreduce(x, y)
+        t = np.zeros(3)
+        comm.Allreduce(x, t)
         if comm.rank == comm.size - 1:
-            y *= 1.5
+            t *= 1.5
+        pad.copy(y, t)
 
     x, y = np.ones(3), np.zeros(3)
     with pytest.raises(AssertionError, match="check_grad failed"):

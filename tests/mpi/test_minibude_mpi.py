@@ -8,9 +8,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from apps.minibude.__main__ import FD_TOLERANCE
 from apps.minibude.deck import InputError
 from apps.minibude.driver import Docking
-from tests.apps.minibude_support import small_deck
+from tests.apps.minibude_support import real_deck, small_deck, smoothed
 
 MPI = pytest.importorskip("mpi4py.MPI")
 
@@ -49,3 +50,26 @@ def test_more_ranks_than_poses_is_an_error():
     deck = small_deck(nposes=comm.size - 1)
     with pytest.raises(InputError, match=f"mpiexec -n {comm.size}: more MPI ranks than poses"):
         Docking(deck, comm=comm)
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize(
+    ("wrt", "poses"), [("protein", 1024), ("protein", 4096), ("poses", 1024), ("forcefield", 1024)]
+)
+def test_finite_difference_check_gives_the_serial_verdict(wrt, poses):
+    """``--check`` of bm1 under MPI checks the whole gradient, as one rank does: the same entries, the same
+    error to rounding, the same verdict (it used to check each rank's share: 2 ranks of 1024 poses failed)."""
+    comm = MPI.COMM_WORLD
+    deck = real_deck("bm1").first(poses)
+    if wrt == "forcefield":
+        deck = smoothed(deck)
+    parallel = Docking(deck, comm=comm)
+    got = parallel.finite_difference_check(wrt, parallel.gradient(wrt))
+    want = None
+    if comm.rank == 0:
+        serial = Docking(deck)
+        want = serial.finite_difference_check(wrt, serial.gradient(wrt))
+    want = comm.bcast(want)
+    error, expected = got["max_rel_error"], want["max_rel_error"]
+    same = abs(error - expected) <= 1e-4 and expected <= FD_TOLERANCE  # errors of 1e-4 to 1e-2
+    assert _all(same), f"rank {comm.rank} of {comm.size}: error {error} where one rank finds {expected}"

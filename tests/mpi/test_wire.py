@@ -57,3 +57,43 @@ def test_reverse_moves_forward_bytes(comm, name):
     rev = comm.mpi.allreduce(st["reverse"]["bytes"])
     assert fwd == rev
     assert fwd > 0 or comm.size == 1
+
+
+def test_seconds_and_calls_per_phase(comm):
+    """Every phase's time is counted: plain calls (no payload counted), forward sweep and reverse pass."""
+    x, y = np.ones(4), np.zeros(4)
+    pad.mpi.reset_stats()
+    comm.Allreduce(x, y, pad.mpi.SUM)
+    pad.autodiff(
+        lambda x, y: comm.Allreduce(x, y, pad.mpi.SUM), pad.Dup(x, np.zeros(4)), pad.Dup(y, np.ones(4))
+    )
+    st = pad.mpi.stats()
+    assert st["plain"]["calls"] == 1 and st["plain"]["bytes"] == 0
+    assert all(st[p]["seconds"] > 0.0 for p in ("plain", "forward", "reverse"))
+    assert st["tangent"] == {"bytes": 0, "calls": 0, "staged_bytes": 0, "seconds": 0.0}
+    assert all(st[p]["staged_bytes"] == 0 for p in st)  # host buffers are never staged
+    pad.mpi.reset_stats()
+    assert all(v == 0 for phase in pad.mpi.stats().values() for v in phase.values())
+
+
+def test_the_transport_of_device_buffers_is_asked_of_the_mpi_library(monkeypatch):
+    """MPIX_Query_cuda_support() decides, unless PAD_MPI_CUDA_AWARE does; the answer is cached."""
+    from pad.mpi import _core
+
+    monkeypatch.setattr(_core, "_cuda_aware", [])
+    monkeypatch.delenv("PAD_MPI_CUDA_AWARE", raising=False)
+    asked = pad.mpi.transport()
+    assert asked["device_buffers"] in ("direct", "staged")
+    assert asked["why"].startswith("MPIX_Query_cuda_support() returned ") or asked["why"] == (
+        "the MPI library has no MPIX_Query_cuda_support"
+    )
+    monkeypatch.setenv("PAD_MPI_CUDA_AWARE", "1")
+    assert pad.mpi.transport() == asked  # cached
+    for setting, how in (("1", "direct"), ("0", "staged")):
+        monkeypatch.setattr(_core, "_cuda_aware", [])
+        monkeypatch.setenv("PAD_MPI_CUDA_AWARE", setting)
+        assert pad.mpi.transport() == {"device_buffers": how, "why": f"PAD_MPI_CUDA_AWARE={setting}"}
+    monkeypatch.setattr(_core, "_cuda_aware", [])
+    monkeypatch.setenv("PAD_MPI_CUDA_AWARE", "yes")
+    with pytest.raises(ValueError, match="PAD_MPI_CUDA_AWARE must be 0 or 1, not 'yes'"):
+        pad.mpi.transport()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -51,7 +52,7 @@ def test_lulesh_threads_run_alone_and_gpus_get_one_each():
         "--mode", "sensitivity", "--threads", "16", "--device", "cpu", "--json", "r.json", "-i", "50",
     ]  # fmt: skip
     gpus = command(Point("lulesh", "grad", "gpus", 8, "strong", 60), 50, "r.json", [], "py", OPENMPI)
-    assert gpus[:6] == [*OPENMPI, "-n", "8", "bash", GPU_WRAPPER]
+    assert gpus[:8] == [*OPENMPI, "-n", "8", "bash", GPU_WRAPPER, "--gpus", "8"]
     assert gpus[gpus.index("--device") + 1] == "gpu" and gpus[gpus.index("-s") + 1] == "30"
     assert (
         scale.environment(Point("lulesh", "grad", "threads", 16, "strong", 60))["NUMBA_NUM_THREADS"] == "16"
@@ -59,11 +60,23 @@ def test_lulesh_threads_run_alone_and_gpus_get_one_each():
     assert scale.environment(Point("lulesh", "grad", "ranks", 8, "strong", 60))["NUMBA_NUM_THREADS"] == "1"
 
 
+def test_lulesh_ranks_sharing_gpus_split_strong_and_keep_weak_sizes_per_rank():
+    """8 ranks on 2 GPUs: -s 120 strong is -s 60 per rank; -s 60 weak is -s 60 per rank, 8 times the work."""
+    for scaling, size in (("strong", 120), ("weak", 60)):
+        shared = Point("lulesh", "grad", "gpus", 2, scaling, size, 0, ranks_per_gpu=4)
+        cmd = command(shared, 50, "r.json", [], "py", OPENMPI)
+        assert cmd[:8] == [*OPENMPI, "-n", "8", "bash", GPU_WRAPPER, "--gpus", "2"], scaling
+        assert cmd[cmd.index("-s") + 1] == "60" and (shared.ranks, shared.threads) == (8, 1)
+    one = command(Point("lulesh", "grad", "gpus", 1, "weak", 60), 50, "r.json", [], "py", OPENMPI)
+    assert one[3] == "1" and one[one.index("-s") + 1] == "60"
+
+
 @pytest.mark.parametrize(
     ("point", "message"),
     [
         (Point("lulesh", "grad", "ranks", 2, "strong", 60), "cube number of ranks"),
         (Point("lulesh", "grad", "gpus", 2, "strong", 60), "cube number of ranks"),
+        (Point("lulesh", "grad", "gpus", 2, "strong", 60, 0, 2), "cube number of ranks"),
         (Point("lulesh", "grad", "ranks", 8, "strong", 45), "do not make 8 equal cube"),
         (Point("lulesh", "grad", "threads", 2, "weak", 30), "do not make 1 equal cube"),
         (Point("minibude", "grad", "threads", 2, "weak", None), "weak scaling needs --sizes"),
@@ -101,6 +114,11 @@ def test_bad_study_arguments_exit_2_before_running(capsys, tmp_path):
             "no mode sensitivity",
         ),
         (["lulesh", "--kind", "ranks", "--workers", "1", "2", "--sizes", "30"], "cube number of ranks"),
+        (["lulesh", "--kind", "ranks", "--workers", "8", "--ranks-per-gpu", "2"], "only with --kind gpus"),
+        (
+            ["lulesh", "--kind", "gpus", "--workers", "1", "2", "--ranks-per-gpu", "1", "4", "1"],
+            "one per --workers entry (2)",
+        ),
     ):
         with pytest.raises(SystemExit) as exc:
             scale.main([*argv, "--out", str(out)])
@@ -132,22 +150,107 @@ def test_a_failing_point_is_recorded_and_the_study_goes_on(tmp_path, capsys):
     assert "FAILED primal 1 threads size 100000: exit status 2" in captured.err
 
 
-def test_missing_launcher_and_missing_gpus_are_recorded_without_running(tmp_path, monkeypatch, capsys):
+def test_missing_gpus_are_recorded_without_running(tmp_path, monkeypatch, capsys):
     out = tmp_path / "s.jsonl"
-    argv = ["minibude", "--kind", "ranks", "--workers", "2", "--modes", "primal", "--sizes", "64"]
-    assert scale.main([*argv, "--mpiexec", "/nonexistent/mpiexec", "--out", str(out)]) == 1
-    (missing,) = lines(out)
-    assert missing["error"] == "cannot start '/nonexistent/mpiexec': No such file or directory"
-    assert missing["machine"]["launcher_version"] is None
-
     monkeypatch.setattr(cli, "gpu_names", lambda: ["Fake GPU"])
     argv = ["minibude", "--kind", "gpus", "--workers", "2", "--modes", "primal", "grad", "--sizes", "64"]
     assert scale.main([*argv, "--mpiexec", MPIEXEC, "--out", str(out)]) == 1
-    _, primal, grad = lines(out)
+    primal, grad = lines(out)
     for r in (primal, grad):
         assert r["machine"]["gpus"] == ["Fake GPU"] and r["result"] is None and r["wall_s"] < 1.0
         assert r["error"] == "asked for 2 GPU(s), this machine has 1 (nvidia-smi)"
-    assert capsys.readouterr().err.count("FAILED") == 3
+        assert r["machine"]["launcher_flavour"] == "MPICH" and r["machine"]["mpi_library"].startswith("MPICH")
+    assert capsys.readouterr().err.count("FAILED") == 2
+
+
+# A launcher of another MPI, as Open MPI's mpirun is for the mpich wheel's mpi4py: it starts the processes but
+# they do not join one job, so each is rank 0 of 1 and does the whole work.
+OTHER_MPIRUN = """#!/bin/bash
+if [[ "$1" == --version ]]; then echo "mpirun (Open MPI) 4.1.5"; exit 0; fi
+n=$2; shift 2
+pids=()
+for ((i = 0; i < n; i++)); do OMPI_COMM_WORLD_SIZE=$n OMPI_COMM_WORLD_RANK=$i "$@" & pids+=($!); done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=$?; done
+exit $status
+"""
+
+
+@pytest.fixture
+def other_mpirun(tmp_path) -> str:
+    path = tmp_path / "mpirun"
+    path.write_text(OTHER_MPIRUN)
+    path.chmod(0o755)
+    return str(path)
+
+
+def test_a_missing_or_foreign_launcher_stops_the_study_in_one_line(tmp_path, other_mpirun, capsys):
+    """Before any point runs: exit status 2, one line naming the launcher and the MPI mpi4py was built for."""
+    out = tmp_path / "s.jsonl"
+    argv = ["minibude", "--kind", "ranks", "--workers", "1", "2", "--sizes", "64", "--out", str(out)]
+    assert scale.main([*argv, "--mpiexec", "/nonexistent/mpiexec"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "'/nonexistent/mpiexec' not found" in err and "MPICH" in err, err
+    assert scale.main([*argv, "--mpiexec", other_mpirun]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert f"{other_mpirun} (mpirun (Open MPI) 4.1.5) does not start ranks of one job" in err
+    assert "mpi4py's MPI (MPICH" in err and "COMM_WORLD sizes were 1, 1" in err
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("app", [["minibude", "--poses", "16"], ["lulesh", "-s", "2", "-i", "1"]])
+def test_the_apps_refuse_to_run_as_unconnected_copies(other_mpirun, app):
+    proc = subprocess.run(
+        [other_mpirun, "-n", "2", sys.executable, "-m", f"apps.{app[0]}", *app[1:]],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert proc.returncode == 2 and proc.stdout == "", proc
+    (line,) = proc.stderr.strip().splitlines()
+    assert "the launcher started 2 processes (OMPI_COMM_WORLD_SIZE=2) but mpi4py's MPI (MPICH" in line
+
+
+def test_the_launcher_comes_from_the_environment_or_the_venv(monkeypatch):
+    argv = ["minibude", "--kind", "ranks", "--workers", "2"]
+    monkeypatch.delenv("PAD_MPIEXEC", raising=False)
+    assert scale.parse_args(argv)[0].mpiexec == MPIEXEC
+    monkeypatch.setenv("PAD_MPIEXEC", "srun --mpi=pmix")
+    assert scale.parse_args(argv)[0].mpiexec == "srun --mpi=pmix"
+    assert scale.flavour("slurm 23.02.6", ["srun"]) == "Slurm"
+    assert scale.flavour("mpirun (Open MPI) 5.0.3", ["mpirun"]) == "Open MPI"
+    assert scale.flavour("HYDRA build details:\n Version: 4.2.0", ["mpiexec"]) == "MPICH"
+
+
+def test_studies_sh_leaves_the_launcher_to_scale_unless_told(tmp_path):
+    """No Open MPI flag by default: ``--allow-run-as-root`` is Open MPI's, for root only (scale sets it then)."""
+    record = tmp_path / "argv"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/bash\necho "$@" >> {record}\n')
+    python.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "MPIRUN"} | {"PYTHON": str(python)}
+    subprocess.run(
+        ["bash", "scripts/studies.sh", str(tmp_path / "out"), "minibude-ranks"], cwd=REPO, env=env, check=True
+    )
+    subprocess.run(
+        ["bash", "scripts/studies.sh", str(tmp_path / "out"), "lulesh-ranks-weak"],
+        cwd=REPO, env=env | {"MPIRUN": "srun --mpi=pmi2"}, check=True,
+    )  # fmt: skip
+    default, told = record.read_text().splitlines()
+    assert default.startswith("-m scripts.scale minibude --out ") and "--mpiexec" not in default
+    assert "--mpiexec srun --mpi=pmi2 " in told and "allow-run-as-root" not in default + told
+
+
+def test_documented_studies_run_as_written(tmp_path, capsys):
+    """docs/apps.md's scale commands plan as written (nothing Open MPI-only or root-only in them)."""
+    with open(os.path.join(REPO, "docs", "apps.md")) as fh:
+        documented = [line.split(" -m scripts.scale ", 1)[1] for line in fh if " -m scripts.scale " in line]
+    assert len(documented) >= 3
+    for example in documented:
+        argv = shlex.split(example.split("#")[0])
+        assert (
+            "--allow-run-as-root" not in example
+            and scale.main(["--dry-run", "--out", str(tmp_path / "s.jsonl"), *argv]) == 0
+        )
 
 
 def test_a_point_past_its_timeout_is_killed():
@@ -158,18 +261,51 @@ def test_a_point_past_its_timeout_is_killed():
     assert time.perf_counter() - start < 30
 
 
-def test_wrapper_gives_each_rank_its_own_gpu():
+def _wrapped(ranks: int, env: dict[str, str], *wrapper_args: str) -> subprocess.CompletedProcess:
+    """``ranks`` ranks under the GPU wrapper, each printing its node-local rank and CUDA_VISIBLE_DEVICES."""
     show = ["bash", "-c", "echo $MPI_LOCALRANKID $CUDA_VISIBLE_DEVICES"]
-    env = {**os.environ, "CUDA_VISIBLE_DEVICES": "5,7"}
-    proc = subprocess.run(
-        [MPIEXEC, "-n", "2", "bash", GPU_WRAPPER, *show], env=env, capture_output=True, text=True
-    )
-    assert proc.returncode == 0 and sorted(proc.stdout.split("\n")[:2]) == ["0 5", "1 7"], proc
-    env["CUDA_VISIBLE_DEVICES"] = "3"
-    proc = subprocess.run(
-        [MPIEXEC, "-n", "2", "bash", GPU_WRAPPER, *show], env=env, capture_output=True, text=True
-    )
-    assert proc.returncode != 0 and "node-local rank 1 has no GPU of its own (1 visible)" in proc.stderr
+    cmd = [MPIEXEC, "-n", str(ranks), "bash", GPU_WRAPPER, *wrapper_args, *show]
+    return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+
+
+def _assignment(proc: subprocess.CompletedProcess) -> dict[int, str]:
+    assert proc.returncode == 0, proc.stderr
+    return {int(rank): gpu for rank, gpu in (line.split() for line in proc.stdout.splitlines())}
+
+
+@pytest.fixture
+def two_gpus(tmp_path) -> dict[str, str]:
+    """An environment whose nvidia-smi lists GPUs 0 and 1, and no CUDA_VISIBLE_DEVICES."""
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\necho 0\necho 1\n")
+    fake.chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
+    return {**env, "PATH": f"{tmp_path}{os.pathsep}{env['PATH']}"}
+
+
+def test_wrapper_shares_gpus_round_robin_as_the_apps_choose_them(two_gpus):
+    """8 ranks on nvidia-smi's 2 GPUs: local ranks 0 2 4 6 on GPU 0, 1 3 5 7 on GPU 1, the GPU apps.cli
+    picks without the wrapper."""
+    assert _assignment(_wrapped(8, two_gpus)) == {r: str(cli.gpu_for(r, 2)) for r in range(8)}
+    assert [cli.gpu_for(r, 2) for r in range(8)] == [0, 1] * 4
+    assert _assignment(_wrapped(3, two_gpus, "--gpus", "1")) == {0: "0", 1: "0", 2: "0"}
+
+
+def test_wrapper_takes_the_visible_gpus_from_cuda_visible_devices(two_gpus):
+    env = {**two_gpus, "CUDA_VISIBLE_DEVICES": "5,7,2"}
+    assert _assignment(_wrapped(4, env)) == {0: "5", 1: "7", 2: "2", 3: "5"}
+    assert _assignment(_wrapped(4, env, "--gpus", "2")) == {0: "5", 1: "7", 2: "5", 3: "7"}
+    assert _assignment(_wrapped(2, {**env, "CUDA_VISIBLE_DEVICES": "3"})) == {0: "3", 1: "3"}
+
+
+def test_wrapper_refuses_only_what_cannot_run(two_gpus):
+    """No GPU visible, or more GPUs asked for than visible: a message and exit status 3; a bad --gpus: 2."""
+    none = _wrapped(2, {**two_gpus, "CUDA_VISIBLE_DEVICES": ""})
+    assert none.returncode == 3 and "no GPU is visible" in none.stderr
+    more = _wrapped(1, two_gpus, "--gpus", "3")
+    assert more.returncode == 3 and "--gpus 3: only 2 GPU(s) visible (0 1)" in more.stderr
+    bad = _wrapped(1, two_gpus, "--gpus", "0")
+    assert bad.returncode == 2 and "--gpus 0: expected a number of GPUs" in bad.stderr
 
 
 # ------------------------------------------------------------------------------------------------ a real study
@@ -194,23 +330,28 @@ def test_tiny_study_records_every_point(tiny_study):
 
 
 def test_every_study_of_studies_sh_can_be_planned(capsys):
-    """The studies for the lent hosts: each plans (no point refused), GPU studies run one rank per GPU."""
+    """The studies for the lent hosts: each plans (no point refused), GPU studies run through the wrapper;
+    LULESH on GPUs runs 1 rank on 1 GPU, 8 ranks on 2 and 8 ranks on 8."""
     listed = subprocess.run(
         ["bash", "scripts/studies.sh", "-l"], cwd=REPO, capture_output=True, text=True, check=True
     ).stdout.splitlines()
-    names = [line.split(":")[0] for line in listed]
-    assert names == [
-        "minibude-threads", "minibude-ranks", "lulesh-threads", "lulesh-ranks-strong", "lulesh-ranks-weak",
-        "minibude-gpus", "lulesh-gpus",
-    ]  # fmt: skip
+    modes = {
+        "minibude-threads": {"primal", "grad"}, "minibude-ranks": {"primal", "grad"},
+        "lulesh-threads": {"primal", "grad"}, "lulesh-ranks-strong": {"primal", "grad"},
+        "lulesh-ranks-weak": {"primal", "grad"}, "minibude-gpus": {"primal", "grad"},
+        "lulesh-gpus-strong": {"primal", "grad", "sensitivity"}, "lulesh-gpus-weak": {"primal", "grad"},
+    }  # fmt: skip
+    assert [line.split(":")[0] for line in listed] == list(modes)
     for line in listed:
-        argv = line.split("python -m scripts.scale ")[1].split()
+        name, argv = line.split(":")[0], line.split("python -m scripts.scale ")[1].split()
         assert (
             scale.main([argv[0], "--mpiexec", "mpirun --allow-run-as-root", "--dry-run", *argv[1:]]) == 0
         ), line
         commands = capsys.readouterr().out.splitlines()
-        modes = {c.split("--mode ")[1].split()[0] for c in commands}
-        assert modes == {"primal", "grad"}, line
+        assert {c.split("--mode ")[1].split()[0] for c in commands} == modes[name], line
         if "--kind gpus" in line:
-            assert all(f"bash {GPU_WRAPPER} " in c and "--device gpu" in c for c in commands)
-    assert len(listed) == 7
+            assert all(f"bash {GPU_WRAPPER} --gpus " in c and "--device gpu" in c for c in commands)
+        if name.startswith("lulesh-gpus"):
+            runs = {(c.split()[3], c.split()[7], c.split(" -s ")[1].split()[0]) for c in commands}
+            edge = "120" if name.endswith("strong") else "60"
+            assert runs == {("1", "1", edge), ("8", "2", "60"), ("8", "8", "60")}, line

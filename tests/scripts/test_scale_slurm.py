@@ -54,3 +54,6 @@ def test_scale_sbatch_runs_a_study_under_slurm(tmp_path, kind):
         assert r["command"].startswith("srun --mpi=pmi2 -n ") == (kind == "ranks")
         assert (r["result"]["ranks"], r["result"]["threads"]) == (r["ranks"], r["threads"])
     assert f"4 of 4 points ran; results in {results}" in text, text
+    assert text.startswith(f"scale.sbatch: job {job}, partition debug, account "), text
+    if kind == "ranks":
+        assert all(r["machine"]["launcher_flavour"] == "Slurm" for r in runs)

@@ -4,8 +4,11 @@ extras, which the test extra installs)."""
 from __future__ import annotations
 
 import copy
+import glob
 import json
 import os
+import subprocess
+import time
 
 import pytest
 
@@ -18,16 +21,15 @@ def lines(path) -> list[dict]:
         return [json.loads(line) for line in fh]
 
 
-def _execute_notebook(results: str, figures: str, tmp_path) -> list[str]:
-    """Run the notebook with papermill; returns the text outputs of its cells."""
+def _execute_notebook(results: str, figures: str | None, tmp_path) -> list[str]:
+    """Run the notebook with papermill (``figures`` None: its default); returns the text outputs of its cells."""
     for module in ("papermill", "pandas", "matplotlib", "ipykernel"):
         pytest.importorskip(module, reason='the notebook extras (pip install -e ".[notebooks]")')
     import papermill
 
     out = tmp_path / "executed.ipynb"
-    nb = papermill.execute_notebook(
-        NOTEBOOK, str(out), parameters={"results": results, "figures": figures}, progress_bar=False, cwd=REPO
-    )
+    parameters = {"results": results} | ({"figures": figures} if figures is not None else {})
+    nb = papermill.execute_notebook(NOTEBOOK, str(out), parameters=parameters, progress_bar=False, cwd=REPO)
     texts = []
     for cell in nb.cells:
         for output in cell.get("outputs", []):
@@ -42,14 +44,22 @@ def _png(path) -> bool:
 
 
 def test_notebook_executes_on_the_tiny_study(tiny_study, tmp_path):
-    figures = tmp_path / "figures"
-    texts = "\n".join(_execute_notebook(tiny_study, str(figures), tmp_path))
+    """With its default output folder: results/figures, which git ignores; the committed figures and notebook
+    stay as they are."""
+    committed = {path: os.path.getmtime(path) for path in [NOTEBOOK, *glob.glob(f"{REPO}/docs/figures/*")]}
+    start = time.time()
+    texts = "\n".join(_execute_notebook(tiny_study, None, tmp_path))
     assert "8 runs from 1 file(s)" in texts and "no failed points" in texts and "no GPU points" in texts
     assert (
         "minibude  threads  strong  128  gradient        2" in texts
     )  # the table: one row per series and workers
     assert "minibude    ranks  strong  128  gradient        2" in texts
-    assert sorted(os.listdir(figures)) == ["scaling-minibude.png"] and _png(figures / "scaling-minibude.png")
+    figure = os.path.join(REPO, "results", "figures", "scaling-minibude.png")
+    assert "saved results/figures/scaling-minibude.png" in texts and _png(figure)
+    assert os.path.getmtime(figure) >= start - 1
+    ignored = subprocess.run(["git", "check-ignore", "-q", figure], cwd=REPO)
+    assert ignored.returncode in (0, 128)  # ignored (128: no git checkout, as on a host without .git)
+    assert {path: os.path.getmtime(path) for path in committed} == committed
 
 
 def test_notebook_plots_lulesh_and_gpu_series(tiny_study, tmp_path):

@@ -131,6 +131,94 @@ def _numpy_names():
 
 
 @pad.kernel
+def k_numpy_functions(i, x, y):
+    a = x[i]
+    b = 0.5 * a + 0.1
+    y[i] = np.add(a, b) * np.subtract(a, 0.2) + np.multiply(a, b) + np.divide(a, b) + np.true_divide(1.0, a)
+    y[i] += np.negative(a) * np.positive(b) + np.square(a) + np.reciprocal(a)
+    y[i] += np.fmin(a, b) + np.fmax(a, 1.0) + np.exp2(a) + np.log2(a) + np.log10(a) + np.float_power(a, b)
+    y[i] += np.logaddexp(a, b) + np.logaddexp2(a, 0.5) + np.sinc(a)
+    y[i] += np.arcsinh(a) + np.arccosh(a + 1.0) + np.arctanh(a - 1.0) + np.deg2rad(a)
+    y[i] += np.rad2deg(b) * 0.01 + np.degrees(a) * 0.01 + np.radians(b) + np.hypot(a, b) + np.copysign(a, -b)
+    y[i] += np.cbrt(a) + np.expm1(a) + np.log1p(a) + np.sinh(a) + np.cosh(a) + np.tanh(a) + np.tan(a)
+    y[i] += np.sin(a) + np.cos(a) + np.arccos(a - 1.0) + np.arctan(a) + np.fabs(a - 1.0) + np.absolute(b)
+    y[i] += np.minimum(a, b) + np.maximum(a, b)
+    if not np.isnan(a) and np.isfinite(b) and not np.isinf(a) and not np.signbit(a):
+        y[i] += np.power(a, 2.0)
+
+
+@case("numpy functions")
+def _numpy_functions():
+    def prog(x, y):
+        pad.launch(k_numpy_functions, x.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 16, dt, 0.6, 1.4)), dup(arr(rng, 16, dt)))
+
+
+@pad.kernel
+def k_math_functions(i, x, y):
+    a = x[i]
+    y[i] = math.log10(a) + math.log2(a) + math.exp2(a) + math.erf(a) + math.erfc(a) + math.lgamma(a)
+    y[i] += math.gamma(a) + math.lgamma(a - 2.5) + math.asinh(a) + math.acosh(a + 1.0) + math.atanh(a - 1.0)
+    y[i] += math.degrees(a) * 0.01 + math.radians(a) + math.ldexp(a, 3) + math.cbrt(a) + math.pow(a, 1.5)
+    y[i] += pow(a, 3.0)
+    if not math.isnan(a) and math.isfinite(a) and not math.isinf(a):
+        y[i] += math.copysign(a, 1.0) + math.fabs(-a)
+
+
+@case("math functions")
+def _math_functions():
+    def prog(x, y):
+        pad.launch(k_math_functions, x.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 16, dt, 0.6, 1.4)), dup(arr(rng, 16, dt)))
+
+
+@pad.kernel
+def k_piecewise(i, x, y):
+    a = x[i]
+    y[i] = np.floor_divide(a, 0.3) * a + np.fmod(a, 0.3) + np.remainder(a, 0.3) + np.mod(a, 0.7)
+    y[i] += np.sign(a - 1.0) + np.trunc(a) + np.rint(a) * a + np.ceil(a) + np.floor(a * 3.0) * a
+    y[i] += math.trunc(a * 3.0) * a + math.floor(a) + math.ceil(a) + round(a * 2.0) * a
+    y[i] += np.int64(a * 3.0) * np.float64(a) + np.int32(a * 5.0) + bool(a > 1.0) * a
+
+
+@case("piecewise constant and periodic functions")
+def _piecewise():
+    def prog(x, y):
+        pad.launch(k_piecewise, x.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 16, dt, 0.6, 1.4)), dup(arr(rng, 16, dt)))
+
+
+@pad.func
+def weighted(a, b, wa=0.25, wb=0.75):
+    return wa * a + wb * b
+
+
+@pad.kernel
+def k_iteration(i, x, coef, y):
+    s = 0.0
+    for v in x:
+        s += v * v
+    for k, v in enumerate(x):
+        s += math.sin(k * v)
+    for c, v in zip(coef, x):  # noqa: B905 (numba's zip takes no strict=)
+        s += c * v
+    for c in coef:
+        s += c * x[i]
+    y[i] = s + coef[i % 3] * x[i] + coef[-1] * weighted(x[i], s, wb=0.5)
+
+
+@case("for over arrays, tuples, enumerate and zip; tuples indexed at run time")
+def _iteration():
+    def prog(x, y):
+        pad.launch(k_iteration, x.shape[0], x, (0.5, 1.5, 2.5), y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 9, dt)), dup(arr(rng, 9, dt)))
+
+
+@pad.kernel
 def k_tuples(i, x, y):
     a, b = x[i], 2.0 * x[i]
     b, a = a, b
@@ -805,6 +893,8 @@ for _c in list(CASES):
         "active scalars",
         "elementary",
         "binary functions",
+        "numpy functions",
+        "math functions",
         "loop accumulator with recurrence",
         "nonlinear recurrence",
         "2-D indexing: dense mat-vec",

@@ -35,6 +35,7 @@ def sin_to(
         y[...] = np.sin(x)
         return
     dx, dy = ctx.shadow(x), ctx.shadow(y)
+    y = ctx.writable(y)  # an array under differentiation is read-only to the program; ops write an alias
     if not ctx.reverse_mode:
         ty = np.cos(x) * dx if dx is not None else 0.0
         ctx.will_write([y])
@@ -64,6 +65,7 @@ def axpy(a: float, x: np.ndarray, y: np.ndarray) -> None:
     dx, dy = (ctx.shadow(x), ctx.shadow(y)) if ctx is not None else (None, None)
     if ctx is not None:
         ctx.will_write([y])
+        y = ctx.writable(y)
     y += a * x
     if ctx is None or dy is None:
         return

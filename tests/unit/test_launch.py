@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import sys
+
 import numpy as np
 
 import pad
@@ -15,6 +18,11 @@ def k_empty(i, x):
 @pad.kernel
 def k_mark(i, counts, offset):
     counts[i] += 1 + offset
+
+
+@pad.kernel
+def k_sine(i, x, y):
+    y[i] = math.sin(x[i]) * x[i]
 
 
 def test_empty_kernel_and_empty_launch():
@@ -210,3 +218,22 @@ def test_repeated_autodiff_reuses_its_own_arrays_cleanly():
     np.testing.assert_array_equal(grads[2], grads[0])
     assert np.abs(grads[0]).sum() > 0
     assert tape.POOL.take((4096,), np.float64) is not None  # t's shadow and its copy went back to the pool
+
+
+def test_show_returns_the_source_and_prints_only_to_a_file_given(capsys):
+    x, y = np.ones(4), np.ones(4)
+    source = pad.show(k_sine, "adjoint", pad.Dup(x, x.copy()), pad.Dup(y, y.copy()))
+    assert "def k_sine_adjoint" in source and capsys.readouterr().out == ""
+    assert pad.show(k_sine, "primal", x, y, file=sys.stdout) in capsys.readouterr().out
+
+
+def test_check_grad_returns_the_errors_it_measured_below_the_tolerance():
+    """Rounding makes finite differences differ a little from forward mode: that error is reported, not 0."""
+    x = np.linspace(0.1, 1.0, 16)
+    errors = pad.check_grad(
+        lambda x, y: pad.launch(k_sine, 16, x, y),
+        pad.Dup(x, np.zeros(16)),
+        pad.Dup(np.zeros(16), np.zeros(16)),
+    )
+    assert set(errors) == {"fd", "dot", "fd_abs", "dot_abs"}
+    assert 0.0 < errors["fd"] < 1e-6 and 0.0 < errors["fd_abs"] < 1e-6, errors
