@@ -168,6 +168,7 @@ class Context:
         # go to the pool, and holding them would keep what the run frees early (checkpointing's copies).
         self._owned: list[Callable[[], Any]] = []
         self._lock = threading.RLock()
+        self._dying: list[tuple[int, Any]] = []  # arrays that died while another thread held the lock
         self.guard: Callable[[Record, list[Any]], Record] | None = None
         # autodiff(fuse=True): the last launch's primal run waits here; any later pad operation runs it
         # first (``current()``), and if none comes, the launch's fused adjoint makes its outputs.
@@ -272,12 +273,14 @@ class Context:
         key = id(x)
 
         def forget(ref: Any) -> None:
-            with self._lock:
-                for table in (self._shadow_by_id, self._regions):
-                    if table.get(key, (None,))[0] is ref:
-                        del table[key]
-                if key not in self._shadow_by_id:
-                    self._serials.pop(key, None)
+            # The garbage collector calls this in whatever thread drops the last reference, a snapshot
+            # copier's say, while another thread may hold the lock and wait for that copier: never block.
+            self._dying.append((key, ref))
+            if self._lock.acquire(blocking=False):
+                try:
+                    self._bury()
+                finally:
+                    self._lock.release()
 
         try:
             ref: Callable[[], Any] = weakref.ref(x, forget)
@@ -292,11 +295,22 @@ class Context:
         if region:
             self._regions[key] = (ref, dx)
 
+    def _bury(self) -> None:
+        """Forget the arrays that died (under the lock)."""
+        while self._dying:
+            key, ref = self._dying.pop()
+            for table in (self._shadow_by_id, self._regions):
+                if table.get(key, (None,))[0] is ref:
+                    del table[key]
+            if key not in self._shadow_by_id:
+                self._serials.pop(key, None)
+
     def registered(self) -> list[tuple[int, Any, Any]]:
         """``(serial, array, shadow)`` of every array registered as a region (a root whose views share its
         shadow) and still alive, in the order of registration: a program that makes the same pad operations
         registers the same arrays under the same serials (``pad.checkpoint`` saves shadows by them)."""
         with self._lock:
+            self._bury()
             entries = [(self._serials.get(k, -1), ref(), dx) for k, (ref, dx) in self._regions.items()]
         return sorted((e for e in entries if e[1] is not None), key=lambda e: e[0])
 
