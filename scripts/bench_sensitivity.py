@@ -34,7 +34,10 @@ def run_case(size: int, device: str, threads: int, memory: str, iterations: int 
             cmd += ["-i", str(iterations)]
         if memory != "auto":
             cmd += ["--memory", memory]
-        env = {**os.environ, "PYTHONPATH": ROOT}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [ROOT, os.environ.get("PYTHONPATH")])),
+        }
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             return {"command": cmd, "status": proc.returncode, "stderr": proc.stderr[-2000:]}
