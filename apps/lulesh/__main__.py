@@ -89,7 +89,7 @@ def parse_args(argv: list[str] | None) -> Any:
     p.add_argument(
         "--memory", type=_memory_size, metavar="SIZE",
         help="sensitivity: memory per rank for the checkpointed loop (512MB, 4GB; every cycle kept when the "
-        f"run fits; default: {MEMORY_SHARE:.0%} of the free memory)",
+        f"run fits; default: {MEMORY_SHARE:.0%}% of the free memory)",
     )  # fmt: skip
     p.add_argument(
         "--checkpoint-dir", metavar="DIR",
