@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pad.kernel.frontend import ArrayKind, KernelSyntaxError, Kind, scalar_type
 from pad.kernel.ir import (
+    ArrayKind,
     Assign,
     Break,
     Call,
@@ -18,6 +18,8 @@ from pad.kernel.ir import (
     Fill,
     For,
     If,
+    KernelSyntaxError,
+    Kind,
     Lit,
     LocalArray,
     Name,
@@ -33,6 +35,7 @@ from pad.kernel.ir import (
     loaded_arrays,
     map_blocks,
     names_in,
+    scalar_type,
     walk,
 )
 from pad.kernel.rules import BITWISE, RULES
