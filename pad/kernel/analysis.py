@@ -38,6 +38,7 @@ from pad.kernel.ir import (
     scalar_type,
     walk,
 )
+from pad.kernel.names import PRIVATE
 from pad.kernel.rules import BITWISE, RULES
 
 FLOATS = ("f4", "f8")
@@ -799,3 +800,12 @@ def running_extremes(loop: For) -> list[Extreme] | None:
     if any(x.e not in made or x.e in ms for x in found):
         return None
     return found
+
+
+def uniform_add_names(s: Stmt | None, varying: set[str]) -> frozenset[str] | None:
+    """For ``_pv<x>[j] += v`` (a shared-index accumulation) with ``j`` uniform across threads: the variables
+    in ``j``; else None. GPU code aggregates such adds over a warp."""
+    if not (isinstance(s, Store) and s.accumulate and s.array.startswith(PRIVATE)):
+        return None
+    names = frozenset(n for x in s.index for n in names_in(x))
+    return None if names & varying else names

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import config
 
-from pad.kernel.analysis import split_loops
+from pad.kernel.analysis import split_loops, uniform_add_names
 from pad.kernel.ir import (
     ArrayKind,
     Assign,
@@ -40,12 +40,13 @@ from pad.kernel.ir import (
     arrays_in,
     assigned,
     blocks,
+    element_type,
     exprs_of,
     loaded_arrays,
     names_in,
     walk,
 )
-from pad.kernel.names import PRIVATE, UNORDERED, base_name, private, unbuffer
+from pad.kernel.names import ACTIVE_SCALARS, PRIVATE, TAPE, UNORDERED, base_name, head, private, unbuffer
 from pad.kernel.rules import RULES
 
 SHARED_ADJOINT_REGISTERS = 64  # per thread, for CUDA adjoints whose lanes share loops (cuda_kernel_source)
@@ -81,20 +82,6 @@ def _bounds(template: str) -> tuple[int, ...]:
         k = int(m.group(1))
         whole[k] = whole.get(k, True) and alone
     return tuple(0 if whole.get(k) else ATOM for k in range(max(whole, default=-1) + 1))
-
-
-def element_type(kind: Kind | None) -> str:
-    """The scalar type code values stored into an array are printed and summed in ("f4" or "f8")."""
-    return "f4" if isinstance(kind, ArrayKind) and kind.dtype == np.float32 else "f8"
-
-
-def uniform_add_names(s: Stmt | None, varying: set[str]) -> frozenset[str] | None:
-    """For ``_pv<x>[j] += v`` (a shared-index accumulation) with ``j`` uniform across threads: the variables
-    in ``j``; else None. GPU code aggregates such adds over a warp."""
-    if not (isinstance(s, Store) and s.accumulate and s.array.startswith(PRIVATE)):
-        return None
-    names = frozenset(n for x in s.index for n in names_in(x))
-    return None if names & varying else names
 
 
 @dataclass
@@ -375,8 +362,7 @@ def launcher_source(
     p = Printer(types, kinds, sized_stacks=launcher.stack is not None, sites=sites, launch_index=launch_index)
     p.filename = launcher.filename
     p.renamable = _renamable(body, launch_index)
-    plan = ["_slots", "_order", "_segs", "_colours"] if launcher.planned else []
-    args = ", ".join(["_n", "_nchunks", *plan, *launcher.params, *launcher.extras])
+    args = ", ".join([*head("cpu", launcher.planned), *launcher.params, *launcher.extras])
     # One chunk's work is a plain njit function that the parallel launcher calls: numba's parfor passes
     # (fusion, pre-lowering), which walk the whole parallel function, then see a loop of calls, not a
     # kernel's adjoint of thousands of statements (a third of its compile time).
@@ -452,7 +438,7 @@ def launcher_source(
             line(f"{shadow}[_blk + {offset} : _end + {offset}] = 0")
     depth = outer
     for column, acc in enumerate(launcher.accumulators):
-        line(f"_act[{slot}, {column}] += _acc{acc}")
+        line(f"{ACTIVE_SCALARS}[{slot}, {column}] += _acc{acc}")
     # The chunk index is cast: numba types a prange index int64 in the launcher but uint64 in the gufunc it
     # lowers the loop to, and the chunk (the kernel's whole body) would be compiled once for each.
     parallel, loop = ("parallel=True, ", "prange") if sites is None else ("", "range")
@@ -690,11 +676,10 @@ def cuda_kernel_source(
     p.fenced = bool(stored & loaded_arrays(body))
     args = ", ".join(
         [
-            "_n",
-            *(["_G"] if p.split else []),
+            *head("cuda", shares_loops=bool(p.split)),
             *launcher.params,
             *launcher.extras,
-            *(["_tape", "_overflow"] if uses_tape else []),
+            *(TAPE if uses_tape else ()),
         ]
     )
     # Few launch indices, so few threads: an adjoint sharing loops hides its latency only with many threads
@@ -741,7 +726,7 @@ def cuda_kernel_source(
         ]
         p.lines += ["        cuda.syncthreads()", "        _w //= 2", "    if _t == 0:"]
         p.lines += [
-            f"        cuda.atomic.add(_act, (0, {slot}), _sum[{slot}, 0])"
+            f"        cuda.atomic.add({ACTIVE_SCALARS}, (0, {slot}), _sum[{slot}, 0])"
             for slot in range(len(launcher.accumulators))
         ]
     return "\n".join(p.lines) + "\n", bool(p.split)

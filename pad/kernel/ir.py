@@ -45,6 +45,11 @@ def scalar_type(dtype: np.dtype) -> str:
     raise TypeError(f"unsupported dtype {dtype} (kernels take float, int and bool arrays)")
 
 
+def element_type(kind: Kind | None) -> str:
+    """The scalar type code values stored into an array are printed and summed in ("f4" or "f8")."""
+    return "f4" if isinstance(kind, ArrayKind) and kind.dtype == np.float32 else "f8"
+
+
 # ---------------------------------------------------------------------------------------------- expressions
 class Expr:
     """Base of expression trees; arithmetic operators build ``Call`` nodes (used by the rule table)."""

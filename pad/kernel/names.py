@@ -9,7 +9,8 @@ temporaries are ``_<stem><count>`` (``ir.Namer``) until ``readable`` names them 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 from pad.kernel.ir import Assign, Call, Elem, Expr, Lit, Name, Stmt, walk
 from pad.kernel.rules import RULES
@@ -125,3 +126,25 @@ def rename(name: str, names: dict[str, str]) -> str:
     """``name`` with the primal name behind its prefixes renamed by ``names`` (``_b__t1`` -> ``_b_x_i``)."""
     prefixes, base = split(name)
     return prefixes + names[base] if base in names else name
+
+
+# -------------------------------------------------------------------------- a generated launcher's arguments
+# In order: ``head(...)``, the kernel's parameters after the launch index, the launcher's extras (shadows or
+# tangents, private buffers, ``ACTIVE_SCALARS``), then a CUDA adjoint's ``TAPE``. emit prints them;
+# pad/parallel/cpu.py and gpu.py pass them.
+PLAN = ("_slots", "_order", "_segs", "_colours")  # a launch by a plan (pad/parallel/plans.py)
+TAPE = ("_tape", "_overflow")
+ACTIVE_SCALARS = "_act"  # the sums of active scalars' adjoints
+
+
+def head(target: str, planned: bool = False, shares_loops: bool = False) -> tuple[str, ...]:
+    """The arguments before the kernel's: the launch's size; on CPUs the number of chunks, then the plan
+    of a launch by a plan; on GPUs the lanes per launch index where they share loops."""
+    if target == "cpu":
+        return ("_n", "_nchunks", *(PLAN if planned else ()))
+    return ("_n", "_G") if shares_loops else ("_n",)
+
+
+def ordered(names: Sequence[str], **values: Any) -> list[Any]:
+    """``values`` in the order of ``names``."""
+    return [values[n] for n in names]
