@@ -308,7 +308,7 @@ class Memory:
             gpu = self.gpu = gpu_for(local_rank(comm), cupy.cuda.runtime.getDeviceCount())
             card = cupy.cuda.Device(gpu)
             card.use()
-            from pad.kernel.cuda_runtime import cuda
+            from numba import cuda  # after pad's NumPy shim (pad.arrays), as every pad import
 
             cuda.select_device(gpu)  # numba's CUDA target on the same device
         except Exception as exc:  # no driver or device, or a CuPy or numba-cuda that cannot use it
@@ -330,7 +330,7 @@ class Memory:
     def put(self, a: np.ndarray) -> Any:
         """``a`` in this memory."""
         if self.module is None:
-            from pad.kernel.cuda_runtime import cuda  # numba.cuda, imported after pad's NumPy 2.5 shim
+            from numba import cuda  # after pad's NumPy shim (pad.arrays), as every pad import
 
             return cuda.to_device(np.ascontiguousarray(a))
         return self.module.asarray(a)

@@ -53,7 +53,7 @@ from checkpoint_schedules import (
 
 from pad import arrays, tape
 from pad.parallel import LaunchRecord
-from pad.tasks import _Guarded
+from pad.tasks import unguarded
 
 # The schedule library jit-compiles its small step-count helper with numba when numba is installed, which
 # costs seconds at the first checkpointed loop of every process; its plain-Python form is just as exact
@@ -179,8 +179,7 @@ class _FirstTouch:
             self._foreign = True
         if self._blind or self._foreign:
             return
-        while isinstance(rec, _Guarded):
-            rec = rec.rec
+        rec = unguarded(rec)
         if not isinstance(rec, LaunchRecord):
             self._blind = True
             return

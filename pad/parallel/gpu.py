@@ -78,7 +78,7 @@ def _blocks(n: int) -> int:
 _multiprocessors: list[int] = []
 
 
-def _lanes_per_index(n: int) -> int:
+def lanes_per_index(n: int) -> int:
     """Lanes per launch index for a kernel whose groups share loops: enough to give the GPU about 1024
     threads per multiprocessor (a power of two, at most 16). One on numba's simulator, which has no shuffles."""
     if _simulated():
@@ -102,7 +102,7 @@ def _slots(variant: Variant, n: int, args: Sequence[Any], like: Any) -> int:
 
 def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = ()) -> np.ndarray:
     """Run ``variant`` for indices ``range(n)`` on the GPU; returns the adjoints of active scalars."""
-    lanes = _lanes_per_index(n) if variant.shares_loops else 1
+    lanes = lanes_per_index(n) if variant.shares_loops else 1
     first = ordered(head("cuda", shares_loops=variant.shares_loops), _n=n, _G=lanes)
     if variant.mode != "adjoint" or not (variant.active_scalars or variant.tape_slots):
         if n:
