@@ -195,8 +195,8 @@ def warm_up(run: Callable[[int], float], seconds: float = GPU_WARM_S) -> None:
     """Call ``run(k)`` for k = 1, 2, 4, ... until ``seconds`` have passed; ``run`` returns the seconds it took,
     the same on every rank (the slowest rank's), so that every rank takes the same turns.
 
-    A GPU raises its clocks only under load: LULESH -s 60 on an H100 took 0.38-0.61 s for its first 100 cycles
-    after a one-cycle warm-up and 0.21 s afterwards, which made its ratios of gradient to primal vary 2x.
+    A GPU raises its clocks only under load: without a warm-up, ratios of gradient to primal time vary
+    (docs/benchmarks.md, "In the code").
     """
     spent, k = 0.0, 1
     while spent < seconds:

@@ -103,8 +103,8 @@ class Variant:
     shares_loops: bool = False  # CUDA: lanes of a group share the sum loops; the kernel takes ``_G``
     depth_launcher: Any = None
     # CUDA adjoints: positions of the active arrays stored once per index at ``i + offset`` and never read ->
-    # offset. Their seeds, read once each, are zeroed by the runner after the kernel, not in it (on an H100 a
-    # kernel that reads a seed and zeroes it took 5x as long as reading it and zeroing the range apart). CPU
+    # offset. Their seeds, read once each, are zeroed by the runner after the kernel, not in it (a kernel
+    # that reads a seed and zeroes it is slower than both apart: docs/benchmarks.md, "In the code"). CPU
     # launchers zero them themselves, a block of indices at a time (``Launcher.clears``).
     clears: dict[int, int] = field(default_factory=dict)
     # CPU: every private accumulation is at launch index + c, |c| <= halo: blocks of at least 2 * halo indices

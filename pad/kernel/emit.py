@@ -365,7 +365,7 @@ def launcher_source(
     args = ", ".join([*head("cpu", launcher.planned), *launcher.params, *launcher.extras])
     # One chunk's work is a plain njit function that the parallel launcher calls: numba's parfor passes
     # (fusion, pre-lowering), which walk the whole parallel function, then see a loop of calls, not a
-    # kernel's adjoint of thousands of statements (a third of its compile time).
+    # kernel's adjoint of thousands of statements (which they compile slowly: docs/benchmarks.md).
     options = f"nogil=True, cache=True, fastmath={fastmath}, error_model='numpy'"
     chunk = f"{launcher.name}_chunk"
     if launcher.planned:  # chunk _c runs its share of the groups of segments _first, ..., _first + _count - 1
@@ -683,8 +683,7 @@ def cuda_kernel_source(
         ]
     )
     # Few launch indices, so few threads: an adjoint sharing loops hides its latency only with many threads
-    # per multiprocessor, which its registers limit (miniBUDE's fused protein adjoint: 187 registers, 8
-    # warps per multiprocessor, 9.1 ms on an H100; capped, 6.7 ms). Primal kernels lose by it (2.0 -> 2.2 ms).
+    # per multiprocessor, which its registers limit; primal kernels lose by a cap (docs/benchmarks.md).
     capped = p.split and adjoint and not config.ENABLE_CUDASIM  # type: ignore[attr-defined]
     cap = f", max_registers={SHARED_ADJOINT_REGISTERS}" if capped else ""  # (numba's simulator has no cap)
     p.lines += [f"@cuda.jit(fastmath={fastmath}, cache=True{cap})", f"def {launcher.name}({args}):"]
@@ -805,9 +804,8 @@ def _tile_epilogue(tiles: dict[str, int], staged: dict[str, list[int]], kinds: d
     Each thread writes its sum per slot (a row of the tile per slot, no atomics, no clearing); after one
     barrier, position ``q`` of the block's span (``BLOCK + 2 * halo`` elements from ``halo`` before its first
     index) is the sum over slots of row ``slot`` at ``q - slot``. Positions ``[2 * halo, BLOCK)`` are this
-    block's alone: plain adds. The rest overlap the neighbouring blocks' spans: atomic adds. (On an H100 this
-    beat adding to the tile slot by slot between barriers, and adds shared by shuffles within warps came
-    within 5% of it: 0.68 ms against 0.72 and 0.65 for the stencil adjoint's 2**26 indices.)
+    block's alone: plain adds. The rest overlap the neighbouring blocks' spans: atomic adds. (The fastest of
+    three ways measured: docs/benchmarks.md, "In the code".)
     """
     if not tiles:
         return []

@@ -94,7 +94,7 @@ class Reverse:
     fused: bool = False
     # Arrays each iteration stores once at its own element, never read (``overwritten_arrays``): the CPU
     # launcher clears their seeds after its loop (clearing each in the loop, between the adjoint's loads and
-    # stores to arrays of the same size, stalled a stencil's adjoint on 4 KiB aliasing: 3x slower).
+    # stores to arrays of the same size, stalls on 4 KiB aliasing: docs/benchmarks.md, "In the code").
     cleared: frozenset[str] = frozenset()
     droppable: set[str] = field(default_factory=set)
     moved: set[int] = field(default_factory=set)
@@ -628,9 +628,9 @@ def _fold_zero_adds(stmts: list[Stmt], zeros: set[str]) -> tuple[list[Stmt], set
     ``_b_x = g * p``; ``shadow[i] += _b_x`` goes while ``_b_x`` is zero), and the names zero after them.
 
     The compilers keep ``0.0 + v``: it differs from ``v`` when ``v`` is -0.0, which no adjoint minds, and
-    numba's CUDA target passes no fast-math flag that would let them drop it (on an H100 these adds were a
-    tenth of the instructions of miniBUDE's fused adjoint). Only the zeros that the reverse sweep assigns
-    (typed literals) are followed, never the primal's.
+    numba's CUDA target passes no fast-math flag that would let them drop it (a large share of an adjoint's
+    instructions: docs/benchmarks.md, "In the code"). Only zeros that the reverse sweep assigns (typed
+    literals, or an adjoint's zero at the start of a launch index) are followed, never the primal's.
     """
     known = set(zeros)
     out: list[Stmt] = []
