@@ -346,6 +346,44 @@ def cpu_lulesh_launches() -> list[str]:
     return [*_table(header, rows), "", *_table(["outside, per launcher call", *cases], split), *_caption(rec)]
 
 
+def cpu_lulesh_plans() -> list[str]:
+    """Scatter adjoints by plans against privatization, side by side in one run: LULESH's per-cycle gradient
+    and primal, and miniBUDE bm1's gradient wrt the protein against its energies."""
+    rec = _one("cpu-lulesh-plans.json")
+    lulesh = [
+        [
+            r["case"],
+            f"{r['ranks']} x {r['threads']}",
+            r["code"],
+            _ms(r["primal_s"]),
+            _ms(r["grad_s"]),
+            f"{r['grad_s'] / r['primal_s']:.2f}x",
+        ]
+        for r in rec["result"]["lulesh"]
+    ]
+    bude = [
+        [
+            str(r["threads"]),
+            r["code"],
+            _ms(r["energies_s"]),
+            _ms(r["grad_s"]),
+            f"{r['grad_s'] / r['energies_s']:.2f}x",
+        ]
+        for r in rec["result"]["minibude"]
+    ]
+    return [
+        *_table(
+            ["LULESH", "ranks x threads", "scatter adjoints", "primal", "gradient", "gradient / primal"],
+            lulesh,
+        ),
+        "",
+        *_table(
+            ["miniBUDE bm1, threads", "scatter adjoints", "energies", "gradient (protein)", "ratio"], bude
+        ),
+        *_caption(rec),
+    ]
+
+
 def mpi() -> list[str]:
     out = []
     for rec in _load("mpi-*.json"):
@@ -461,13 +499,15 @@ def tasks() -> list[str]:
 
 
 def studies(folder: Path = STUDIES) -> list[str]:
-    """One table per scaling study (``*.jsonl`` of ``scripts.scale`` in ``folder``): per worker count (and
+    """One table per scaling study (``*.jsonl`` of ``scripts.scale`` in ``folder``, its latest run; earlier
+    runs stay in the file as its history): per worker count (and
     size, where a study has several) the primal's and the gradient's time per iteration, their ratio (within
     the gradient run) and how each scales (strong scaling: the speed-up over the fewest workers; weak
     scaling: the efficiency). A study without primal points takes the primal times of its gradient runs."""
     out = []
     for path in sorted(folder.glob("*.jsonl")):
         lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        lines = [line for line in lines if line["study"] == lines[-1]["study"]]  # the latest run of the study
         ok = [line for line in lines if line["ok"]]
         grad = {(p["size"], p["workers"]): p["result"] for p in ok if p["mode"] == "grad"}
         primal = {key: r["time_primal_s"] for key, r in grad.items()}
@@ -584,6 +624,7 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "checkpoint": checkpoint,
     "lulesh": lulesh,
     "cpu-lulesh-launches": cpu_lulesh_launches,
+    "cpu-lulesh-plans": cpu_lulesh_plans,
     "tasks": tasks,
     "studies": studies,
     "compile": compile_times,

@@ -293,6 +293,15 @@ def definitions(body: list[Stmt], launch_index: str, kinds: dict[str, Kind]) -> 
     if launch_index in counts:
         return NO_DEFINITIONS
     values = {s.target: s.value for s in body if isinstance(s, Assign) and counts[s.target] == 1}
+    # a copy of a name, assigned once anywhere (an inlined helper's parameter): where it is read, it holds
+    # the value of that name, which the copy's single definition cannot have seen change before
+    values |= {
+        s.target: s.value
+        for s in walk(body)
+        if isinstance(s, Assign)
+        and counts[s.target] == 1
+        and isinstance(_resolve(s.value, NO_DEFINITIONS), Name)
+    }
     invariant = frozenset(n for n, k in kinds.items() if isinstance(k, str) and n not in counts)
     defs = Definitions(values, invariant)
     partitions = frozenset(
@@ -355,7 +364,8 @@ def _targets(s: Stmt) -> list[str]:
 def owned(index: tuple[Expr, ...], launch_index: str, defs: Definitions = NO_DEFINITIONS) -> bool:
     """Whether an element at ``index`` belongs to one iteration: the index contains the launch index itself,
     or both ``i // m`` and ``i % m`` for one loop-invariant ``m`` (``i = (i // m) * m + i % m``)."""
-    if any(isinstance(x, Name) and (x.id == launch_index or x.id in defs.partitions) for x in index):
+    resolved = [_resolve(x, defs) for x in index]
+    if any(isinstance(x, Name) and (x.id == launch_index or x.id in defs.partitions) for x in resolved):
         return True
     quotients: set[Expr] = set()
     remainders: set[Expr] = set()

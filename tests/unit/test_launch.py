@@ -102,6 +102,27 @@ def test_div_mod_index_owned_by_iteration():
     assert _varying_rc.variant((x, out, 3), "primal").privates != []
 
 
+@pad.func
+def _mark_at(flags, j, bit):
+    flags[j] += bit
+
+
+@pad.kernel
+def _mark_negative(i, x, flags, count):
+    if x[i] < 0.0:
+        _mark_at(flags, i, 2)  # inlined: the helper's j is a copy of i, made in a branch
+        count[0] += 1
+
+
+def test_a_helper_adding_at_its_copy_of_the_launch_index_owns_the_element():
+    x = np.array([-1.0, 2.0, -3.0, 4.0, -5.0])
+    flags, count = np.zeros(5, np.int64), np.zeros(1, np.int64)
+    variant = _mark_negative.variant((x, flags, count), "primal")
+    assert variant.privates == [("primal", 2)]  # the count only
+    pad.launch(_mark_negative, 5, x, flags, count)
+    assert flags.tolist() == [2, 0, 2, 0, 2] and count[0] == 3
+
+
 @pad.kernel
 def _chunk_min(c, chunks, x, out):
     smallest = 1.0e20
