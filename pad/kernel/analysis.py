@@ -677,8 +677,8 @@ def _assigned_in(stmts: list[Stmt]) -> set[str]:
 def carried_sums(loop: For) -> set[str] | None:
     """The scalars ``loop`` carries from one iteration to the next if all are pure accumulators, else None.
 
-    A pure accumulator is assigned only by updates ``v = v + w`` or ``v = v - w`` (directly, or through one
-    temporary each: ``t = v + w; v = t``), as many as the body has, and read nowhere else in the body: its
+    A pure accumulator is assigned only by updates ``v = v + w`` or ``v = v - w`` (directly, as a copy of
+    one, or through one temporary each: ``t = v + w; v = t``), as many as the body has, and read nowhere else in the body: its
     final value is the sum of the iterations' terms, in any order.
     """
     carried = liveness(loop.body, set(), prune=False)[1] & assigned(loop.body)
@@ -689,20 +689,15 @@ def carried_sums(loop: For) -> set[str] | None:
     reads = Counter(n for x in walk(loop.body) for e in exprs_of(x) for n in names_in(e))
     for v in carried:
         for update in defs.get(v, []):
-            step: Assign | None = update
             value = update.value
-            t = value.args[0] if isinstance(value, Call) and value.op == "copy" else value
+            t: Expr | None = value.args[0] if isinstance(value, Call) and value.op == "copy" else value
             if isinstance(t, Name):  # through a temporary, assigned once and read only here
                 temp = defs.get(t.id, [])
-                step = temp[0] if len(temp) == 1 and reads[t.id] == 1 else None
+                t = temp[0].value if len(temp) == 1 and reads[t.id] == 1 else None
             if not (
-                step is not None
-                and isinstance(step.value, Call)
-                and step.value.op in ("add", "sub")
-                and (
-                    step.value.args[0] == Name(v)
-                    or (step.value.op == "add" and step.value.args[1] == Name(v))
-                )
+                isinstance(t, Call)
+                and t.op in ("add", "sub")
+                and (t.args[0] == Name(v) or (t.op == "add" and t.args[1] == Name(v)))
             ):
                 return None
         if not defs.get(v) or reads[v] != len(defs[v]):
