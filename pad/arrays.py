@@ -220,9 +220,45 @@ def like(template: Any, values: np.ndarray, dtype: Any = None) -> Any:
     return cuda.to_device(out)
 
 
+def host_buffer(like: Any, shape: tuple[int, ...], dtype: Any) -> np.ndarray:
+    """An uninitialized host array that ``like``'s device copies to and from at full speed: page-locked
+    memory for a GPU's arrays (plain host memory for host arrays and the CUDA simulator's)."""
+    if isinstance(like, np.ndarray):
+        return np.empty(shape, dtype)
+    if is_cupy(like):
+        import cupyx
+
+        return cupyx.empty_pinned(shape, dtype)
+    from numba import cuda
+
+    return cuda.pinned_array(shape, dtype)
+
+
+def _one_copy(dst: Any, values: Any) -> bool:
+    """Whether ``dst[...] = values`` is one whole copy between host and device memory."""
+    return (
+        isinstance(dst, np.ndarray) != isinstance(values, np.ndarray)
+        and dst.shape == values.shape
+        and dst.dtype == values.dtype
+        and c_contiguous(dst)
+        and c_contiguous(values)
+    )
+
+
 def assign(dst: Any, values: Any) -> None:
-    """``dst[...] = values`` for any library (``values``: an array of ``dst``'s library or a host array)."""
-    if isinstance(dst, np.ndarray) or is_cupy(dst):
+    """``dst[...] = values`` for any library (``values``: an array of ``dst``'s library or a host array).
+
+    A whole contiguous array copied between host and device memory is one transfer, done when this returns
+    (the host array may be reused at once)."""
+    if is_cupy(dst) and _one_copy(dst, values):
+        dst.set(values)
+        synchronize(dst)
+    elif isinstance(dst, np.ndarray) and is_device(values) and _one_copy(dst, values):
+        if is_cupy(values):
+            values.get(out=dst)  # blocking: waits for the stream's work, then the copy
+        else:
+            values.copy_to_host(dst)
+    elif isinstance(dst, np.ndarray) or is_cupy(dst):
         dst[...] = values if library(values) == library(dst) else like(dst, to_host(values))
     else:
         dst.copy_to_device(values if library(values) == "numba" else np.ascontiguousarray(values, dst.dtype))
@@ -234,6 +270,17 @@ def add(dst: Any, values: Any) -> None:
         dst[...] += values if library(values) == library(dst) else like(dst, to_host(values))
     else:
         assign(dst, to_host(dst) + to_host(values))
+
+
+def zero(a: Any) -> None:
+    """``a[...] = 0`` for any library, in ``a``'s memory (a device array's zeros are not sent from the host,
+    except numba's device arrays on a GPU)."""
+    if isinstance(a, np.ndarray):
+        fill(a, 0)
+    elif is_cupy(a) or type(a).__name__ == "FakeCUDAArray":
+        a.fill(0)
+    else:
+        assign(a, np.zeros(a.shape, a.dtype))
 
 
 def root(a: Any) -> Any:

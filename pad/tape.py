@@ -31,6 +31,7 @@ from pad.annotations import Active, Const, Dup
 from pad.kernel import checks
 
 __all__ = [
+    "Account",
     "Active",
     "ActiveScalar",
     "Const",
@@ -87,19 +88,30 @@ class Record(Protocol):
     def reverse(self) -> None: ...
 
 
+class Account:
+    """Bytes of the private copies held by the values kept while this account was current (``accounting``):
+    what a part of a program (a checkpointed loop's recorded steps) holds for its adjoints, measured."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        self.bytes = 0
+
+
 class Kept:
     """A value an adjoint needs: the live array until something overwrites it, then a private copy.
 
     Under ``PAD_DEBUG`` it also holds a digest of the value, so that ``changed()`` tells a write pad did not
     see (NumPy's, to an array pad does not protect) from none."""
 
-    __slots__ = ("array", "copied", "digest", "extent", "users")
+    __slots__ = ("account", "array", "copied", "digest", "extent", "users")
 
     def __init__(self, array: Any) -> None:
         self.array = array
         self.extent = arrays.extent(array)  # its memory, for the overlap tests of every later write
         self.copied = False
         self.users = 0
+        self.account = _account.get()
         self.digest = _digest(array) if checks.enabled() else None
 
     def changed(self) -> bool:
@@ -151,14 +163,18 @@ class Context:
             int, tuple[Callable[[], Any], int]
         ] = {}  # their addresses, for views' lookups
         self._const_ids: dict[int, Any] = {}
+        self._serials: dict[int, int] = {}  # id(array) -> the order in which its shadow was registered
+        self._registered = 0
         self._live: dict[tuple, Kept] = {}
         # the same, by the NumPy array that owns their memory (None: not known): a write compares its extent
         # with the kept values of its owner and of None only (distinct owners' memories never overlap)
         self._live_by_owner: dict[int | None, dict[tuple, Kept]] = {}
+        self.kept_bytes = 0  # bytes of the private copies that kept values hold now (see ``will_write``)
         # Arrays allocated for this context alone (no caller holds them), weakly: those still alive at the end
         # go to the pool, and holding them would keep what the run frees early (checkpointing's copies).
         self._owned: list[Callable[[], Any]] = []
         self._lock = threading.RLock()
+        self._dying: list[tuple[int, Any]] = []  # arrays that died while another thread held the lock
         self.guard: Callable[[Record, list[Any]], Record] | None = None
         # autodiff(fuse=True): the last launch's primal run waits here; any later pad operation runs it
         # first (``current()``), and if none comes, the launch's fused adjoint makes its outputs.
@@ -263,10 +279,14 @@ class Context:
         key = id(x)
 
         def forget(ref: Any) -> None:
-            with self._lock:
-                for table in (self._shadow_by_id, self._regions, self._region_starts):
-                    if table.get(key, (None,))[0] is ref:
-                        del table[key]
+            # The garbage collector calls this in whatever thread drops the last reference, a snapshot
+            # copier's say, while another thread may hold the lock and wait for that copier: never block.
+            self._dying.append((key, ref))
+            if self._lock.acquire(blocking=False):
+                try:
+                    self._bury()
+                finally:
+                    self._lock.release()
 
         try:
             ref: Callable[[], Any] = weakref.ref(x, forget)
@@ -276,9 +296,35 @@ class Context:
                 return x
 
         self._shadow_by_id[key] = (ref, dx)
+        self._serials[key] = self._registered
+        self._registered += 1
         if region:
             self._regions[key] = (ref, dx)
             self._region_starts[key] = (ref, arrays.address(x))
+
+    def _bury(self) -> None:
+        """Forget the arrays that died (under the lock)."""
+        while self._dying:
+            key, ref = self._dying.pop()
+            for table in (self._shadow_by_id, self._regions, self._region_starts):
+                if table.get(key, (None,))[0] is ref:
+                    del table[key]
+            if key not in self._shadow_by_id:
+                self._serials.pop(key, None)
+
+    def registered(self) -> list[tuple[int, Any, Any]]:
+        """``(serial, array, shadow)`` of every array registered as a region (a root whose views share its
+        shadow) and still alive, in the order of registration: a program that makes the same pad operations
+        registers the same arrays under the same serials (``pad.checkpoint`` saves shadows by them)."""
+        with self._lock:
+            self._bury()
+            entries = [(self._serials.get(k, -1), ref(), dx) for k, (ref, dx) in self._regions.items()]
+        return sorted((e for e in entries if e[1] is not None), key=lambda e: e[0])
+
+    @property
+    def serial(self) -> int:
+        """The serial the next registered array will get."""
+        return self._registered
 
     def _view_of_registered(self, x: Any) -> Any | None:
         addr, nbytes = arrays.address(x), x.nbytes
@@ -404,14 +450,18 @@ class Context:
             kept.users += 1
             return kept
 
-    def will_write(self, targets: Iterable[Any]) -> None:
-        """Call before an operation overwrites ``targets``: kept values that alias them are copied first."""
+    def will_write(self, targets: Iterable[Any], access: Any = None) -> None:
+        """Call before an operation overwrites ``targets``: kept values that alias them are copied first.
+
+        ``access`` describes what the operation reads and how it writes, for the write observers (a
+        launch passes ``pad.parallel.LaunchAccess``); ``None`` means it may read anything.
+        """
         targets = list(targets)
         with self._lock:
             for a in targets:
                 self._settled.pop(id(a), None)  # an operation writes it: its value may change
             for obs in _observers.get():
-                obs(targets)
+                obs(targets, access)
             for a in targets:
                 if not self._live:
                     return
@@ -427,18 +477,34 @@ class Context:
                         if arrays.overlap(kept.extent, span):
                             kept.array = self._copy(kept.array)
                             kept.copied = True
+                            self._count_kept(kept.array, kept.account)
                             del self._live[k], group[k]
+
+    def _count_kept(self, copy: Any, account: Account | None) -> None:
+        """Add a kept value's private copy to ``kept_bytes`` (and its account's) until the copy is freed."""
+        nbytes = int(copy.nbytes)
+        with contextlib.suppress(TypeError):  # an array type without weak references: counted for good
+            weakref.finalize(copy, self._uncount, nbytes, account)
+        self.kept_bytes += nbytes
+        if account is not None:
+            account.bytes += nbytes
+
+    def _uncount(self, nbytes: int, account: Account | None) -> None:
+        self.kept_bytes -= nbytes
+        if account is not None:
+            account.bytes -= nbytes
 
     @contextlib.contextmanager
     def observe_writes(self) -> Iterator[list[Any]]:
         """Collect every array that operations announce they overwrite inside the block."""
         seen: list[Any] = []
-        with self.before_writes(seen.extend):
+        with self.before_writes(lambda targets, _: seen.extend(targets)):
             yield seen
 
     @contextlib.contextmanager
-    def before_writes(self, callback: Callable[[list[Any]], None]) -> Iterator[None]:
-        """Call ``callback(arrays)`` (under the context's lock) before operations in the block overwrite them.
+    def before_writes(self, callback: Callable[[list[Any], Any], None]) -> Iterator[None]:
+        """Call ``callback(arrays, access)`` (under the context's lock) before operations in the block
+        overwrite ``arrays`` (``access``: see ``will_write``).
 
         The observer follows the block's own flow of control, tasks it spawns included, not other threads.
         """
@@ -467,7 +533,18 @@ class Context:
 _context: ContextVar[Context | None] = ContextVar("pad_context", default=None)
 _recording: ContextVar[list[Record]] = ContextVar("pad_recording")
 _touched: ContextVar[list[Any] | None] = ContextVar("pad_touched", default=None)
-_observers: ContextVar[tuple[Callable[[list[Any]], None], ...]] = ContextVar("pad_observers", default=())
+_observers: ContextVar[tuple[Callable[[list[Any], Any], None], ...]] = ContextVar("pad_observers", default=())
+_account: ContextVar[Account | None] = ContextVar("pad_account", default=None)
+
+
+@contextlib.contextmanager
+def accounting(account: Account) -> Iterator[None]:
+    """Charge the copies of values kept inside the block to ``account`` (whenever they are made)."""
+    token = _account.set(account)
+    try:
+        yield
+    finally:
+        _account.reset(token)
 
 
 class _Discard(list):

@@ -384,6 +384,30 @@ def cpu_lulesh_plans() -> list[str]:
     ]
 
 
+def lulesh_sensitivity() -> list[str]:
+    """LULESH's whole-run gradient to completion (``bench_sensitivity.py``): per device and memory budget the
+    gradient's time over the run's, the schedule, steps recomputed against the best offline schedule's, and
+    the peak state memory measured."""
+    rec = _one("sensitivity-lulesh.json")
+    rows = [
+        [
+            c["device"] + (f", {c['threads']} threads" if c["device"] == "cpu" else ""),
+            f"{c['memory'] / 1e9:.3g} GB",
+            str(c["cycles"]),
+            f"{c['time_primal_s']:.3g} s",
+            f"{c['time_grad_s']:.3g} s",
+            f"{c['overhead']:.2f}x",
+            c["schedule"],
+            f"{c['recomputed_steps']} ({c['optimal_recomputed_steps']})",
+            f"{c['peak_state_bytes'] / 1e9:.3g} GB",
+        ]
+        for c in rec["result"]["cases"]
+    ]
+    header = ["device", "budget", "cycles", "run", "gradient", "gradient / run", "schedule"]
+    header += ["steps recomputed (best offline)", "peak state"]
+    return [*_table(header, rows), *_caption(rec)]
+
+
 def mpi() -> list[str]:
     out = []
     for rec in _load("mpi-*.json"):
@@ -622,6 +646,7 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "lulesh-vs-cuda": lulesh_vs_cuda,
     "mpi": mpi,
     "checkpoint": checkpoint,
+    "lulesh-sensitivity": lulesh_sensitivity,
     "lulesh": lulesh,
     "cpu-lulesh-launches": cpu_lulesh_launches,
     "cpu-lulesh-plans": cpu_lulesh_plans,

@@ -9,6 +9,7 @@ original's code (VolumeError -1, QStopError -2, i.e. 255 and 254) on every rank.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from typing import Any
@@ -35,9 +36,10 @@ UNTIL_COMPLETION = 9999999
 MODES = ("primal", "grad", "sensitivity")
 CHECK_CYCLE = 3
 """``--mode grad --check`` differentiates this cycle (the blast has reached the origin's neighbours)."""
-DEFAULT_SNAPSHOTS = 32
-"""Snapshots of the whole-run gradient: with the one step recorded for its reverse pass, the memory of the
-state copies stays below 64 copies of the state."""
+MEMORY_SHARE = 0.5
+"""Without ``--memory`` or ``--snapshots``, the whole-run gradient may hold this share of the memory free when
+it starts (the node's, split among its ranks; a GPU's own)."""
+EXIT_SAVE_FAILED = 74  # EX_IOERR: a stopped run could not be saved
 SYMMETRY_TOLERANCE = 1e-8
 WARM_CYCLES = 2
 """Cycles of the warm-up run that compiles every kernel before the timed run: the second cycle is the first
@@ -82,8 +84,22 @@ def parse_args(argv: list[str] | None) -> Any:
     p.add_argument("--check", action="store_true", help="grad, sensitivity: check against finite differences")
     p.add_argument(
         "--snapshots", type=cli.integer(1), metavar="K",
-        help=f"sensitivity: state copies kept by the checkpointed loop (default: {DEFAULT_SNAPSHOTS})",
+        help="sensitivity: state copies kept by the checkpointed loop (instead of --memory)",
     )  # fmt: skip
+    p.add_argument(
+        "--memory", type=_memory_size, metavar="SIZE",
+        help="sensitivity: memory per rank for the checkpointed loop (512MB, 4GB; every cycle kept when the "
+        f"run fits; default: {MEMORY_SHARE:.0%} of the free memory)",
+    )  # fmt: skip
+    p.add_argument(
+        "--checkpoint-dir", metavar="DIR",
+        help="sensitivity: where snapshots spill and a stopped run saves itself",
+    )  # fmt: skip
+    p.add_argument(
+        "--time-limit", type=_seconds, metavar="SECONDS",
+        help="sensitivity: after this long (or on SIGTERM) save to the checkpoint directory and exit 75",
+    )  # fmt: skip
+    p.add_argument("--resume", metavar="DIR", help="sensitivity: finish the run saved in DIR")
     p.add_argument(
         "--set", action="append", default=[], metavar="NAME=VALUE", type=_assignment,
         help="override a model parameter (repeatable): " + ", ".join(PARAMETERS),
@@ -113,9 +129,19 @@ def parse_args(argv: list[str] | None) -> Any:
     args = p.parse_args(argv)
     if args.f is not None or args.v:
         raise InputError(f"{'-f' if args.f is not None else '-v'}: visualization output is not supported")
-    for flag in ("--grad-output", "--plot", "--snapshots"):
+    for flag in (
+        "--grad-output", "--plot", "--snapshots", "--memory", "--checkpoint-dir", "--time-limit", "--resume"
+    ):  # fmt: skip
         if _given(args, flag):
             cli.only_with(flag, args.mode, ("sensitivity",))
+    if args.snapshots is not None and args.memory is not None:
+        raise InputError("--snapshots: give --snapshots or --memory, not both")
+    if args.resume is not None and args.checkpoint_dir is not None:
+        raise InputError("--checkpoint-dir: --resume DIR goes on saving in DIR; leave --checkpoint-dir out")
+    if args.time_limit is not None and args.checkpoint_dir is None and args.resume is None:
+        raise InputError("--time-limit: needs --checkpoint-dir DIR (or --resume DIR) to save the run in")
+    if args.resume is not None and not os.path.isdir(args.resume):
+        raise InputError(f"--resume: {args.resume} is not a directory")
     if args.check:
         cli.only_with("--check", args.mode, ("grad", "sensitivity"))
     for flag in PLOT_OPTIONS:
@@ -132,12 +158,31 @@ def parse_args(argv: list[str] | None) -> Any:
     for flag, path in (("--json", args.json), ("--grad-output", args.grad_output), ("--plot", args.plot)):
         cli.check_writable(flag, path)
     args.set = dict(args.set)
-    args.snapshots = args.snapshots or DEFAULT_SNAPSHOTS
     return args
 
 
 def _given(args: Any, flag: str) -> bool:
     return getattr(args, flag[2:].replace("-", "_")) is not None
+
+
+def _memory_size(text: str) -> int:
+    """``--memory SIZE``: bytes of ``512MB``, ``4GB``, ``2GiB`` ..."""
+    from pad.checkpoint import parse_size
+
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be more than 0 seconds")
+    return value
 
 
 def _assignment(text: str) -> tuple[str, float]:
@@ -204,16 +249,27 @@ def run(args: Any) -> dict[str, Any]:
     """Run LULESH in ``args.mode``; rank 0 returns the results, the other ranks an empty dict."""
     import pad
     import pad.mpi
-    from apps.lulesh import mesh
-    from apps.lulesh.hydro import Hydro, default_parameters, device_bytes
+    from apps.lulesh.hydro import device_bytes
 
     comm = pad.mpi.COMM_WORLD
     threads = cli.set_threads(args.threads, comm.mpi) if args.device == "cpu" else 1
-    snapshots = min(args.snapshots, args.i)
-    need = cli.DeviceNeed(
-        device_bytes(args.s, args.mode, snapshots), f"LULESH -s {args.s} --mode {args.mode}"
-    )
+    held = device_bytes(args.s, args.mode, min(args.snapshots or 0, args.i)) + (args.memory or 0)
+    need = cli.DeviceNeed(held, f"LULESH -s {args.s} --mode {args.mode}")
     memory = cli.Memory(args.device, comm.mpi, needs=need)
+    args.resumable = _resumable(args, comm, threads)
+    try:
+        return _run(args, comm, threads, memory, need)
+    finally:
+        if args.resumable is not None:
+            args.resumable.close()
+
+
+def _run(args: Any, comm: Any, threads: int, memory: Any, need: Any) -> dict[str, Any]:
+    import pad
+    import pad.mpi
+    from apps.lulesh import mesh
+    from apps.lulesh.hydro import Hydro, default_parameters
+
     root = comm.rank == 0
     if root and not args.q:
         print(_banner(args, comm.size, threads), flush=True)
@@ -243,6 +299,42 @@ def run(args: Any) -> dict[str, Any]:
     if args.device == "gpu":
         record["gpu_memory"] = {"estimate_bytes": need.nbytes, "held_bytes": memory.held_bytes()}
     return record if root else {}
+
+
+def _resumable(args: Any, comm: Any, threads: int) -> Any:
+    """The whole-run gradient's ``pad.checkpoint.Resumable`` (None without --checkpoint-dir/--resume),
+    made before any work so that a bad --resume is refused at once; every rank agrees."""
+    from pad.checkpoint import Resumable, ResumeError
+
+    directory = args.resume or args.checkpoint_dir
+    if directory is None:
+        return None
+    identity = {
+        "app": "lulesh",
+        "size": args.s,
+        "iterations": args.i,
+        "regions": args.r,
+        "balance": args.b,
+        "cost": args.c,
+        "parameters": args.set,
+        "device": args.device,
+        "threads": threads,
+    }
+    limit = None if args.time_limit is None else args.time_limit - (time.monotonic() - args.started)
+    made, error = None, None
+    try:
+        made = Resumable(
+            directory, time_limit=limit, identity=identity, comm=comm, resume=args.resume is not None
+        )
+    except ResumeError as exc:
+        error = str(exc)
+    errors = comm.mpi.allgather(error) if comm.size > 1 else [error]
+    failed = next((e for e in errors if e is not None), None)
+    if failed is not None:
+        if made is not None:
+            made.close()
+        raise InputError(f"{'--resume' if args.resume else '--checkpoint-dir'}: {failed}")
+    return made
 
 
 def _timed(hydro: Any, parameters: dict[str, float], cycles: int, on_cycle: Any = None, leapfrog: Any = None):
@@ -468,9 +560,19 @@ def _sensitivity(
     import pad.mpi
     from apps.lulesh.adjoint import check_sensitivity, gather, sensitivity
 
-    warm = _warm(hydro, lambda: sensitivity(hydro, WARM_CYCLES, parameters, args.snapshots))[0]
+    # the warm-up measures a snapshot and a cycle's records too, for the budget
+    warm, probe = _warm(hydro, lambda: sensitivity(hydro, WARM_CYCLES, parameters, memory=1 << 62))
+    budget = None if args.snapshots is not None else _budget(args, hydro, probe.stats)
+    if args.resumable is not None and hydro.rank == 0:
+        print(
+            f"lulesh: whole-run gradient started; SIGTERM or the time limit saves it in "
+            f"{args.resumable.directory}", file=sys.stderr, flush=True,
+        )  # fmt: skip
     pad.mpi.reset_stats()
-    result = sensitivity(hydro, args.i, parameters, args.snapshots)
+    result = sensitivity(
+        hydro, args.i, parameters, args.snapshots, memory=budget, resumable=args.resumable,
+        expected_cycles=primal["iterations"],
+    )  # fmt: skip
     mpi = primal["mpi"] | {"sensitivity": _mpi_per_cycle(hydro, result.cycles)}
     coords = gather(hydro, "xv", result.coords)
     checks = {"gradient_run_equals_primal": _same_run(result.cycles, result.energy, primal)}
@@ -483,21 +585,64 @@ def _sensitivity(
     if args.plot:
         _plot(args, coords, hydro.mesh.tp, result.cycles)
     stats = result.stats
+    if budget is None:
+        best = ("revolve", pad.checkpoint.optimal_recomputations(stats.nsteps, args.snapshots))
+    else:
+        best = pad.checkpoint.best_offline(stats.nsteps, budget, stats)
     out = {
         "time_grad_s": result.seconds,
         "time_primal_s": primal["elapsed_s"],
         "overhead": result.seconds / primal["elapsed_s"] if primal["elapsed_s"] else None,
         "gradient": result.parameters | {"coords_norm": float(np.linalg.norm(coords))},
-        "snapshots": args.snapshots,
+        "schedule": stats.schedule,
+        "memory": budget,
+        "snapshots": args.snapshots if args.snapshots is not None else stats.snapshots_peak,
         "snapshots_peak": stats.snapshots_peak,
         "recomputed_steps": stats.recomputed,
-        "optimal_recomputed_steps": pad.checkpoint.optimal_recomputations(stats.nsteps, args.snapshots),
-        "peak_state_bytes": stats.peak_bytes,
+        "optimal_recomputed_steps": best[1],
+        "optimal_schedule": best[0],
+        "peak_state_bytes": stats.peak_memory,
+        "peak_snapshot_bytes": stats.peak_bytes,
         "state_bytes": stats.state_bytes,
+        "snapshot_bytes": stats.snapshot_bytes,
+        "record_bytes": stats.record_bytes,
+        "sessions": stats.sessions,
         "compile_s": primal["compile_s"] + _compile_seconds(warm, result.seconds / max(result.cycles, 1)),
         "mpi": mpi,
     }
     return _merge_checks(primal, checks, out)
+
+
+def _budget(args: Any, hydro: Any, probe: Any) -> int:
+    """The loop's memory per rank: ``--memory`` or a share of the free memory, checked against the least
+    a schedule needs (one snapshot, one cycle's records, the final state's copy: measured by ``probe``)."""
+    import pad.mpi
+    from pad.checkpoint import format_size
+
+    need = probe.snapshot_bytes + probe.record_bytes + probe.state_bytes
+    need = hydro.comm.mpi.allreduce(need, op=pad.mpi.MAX) if hydro.comm.size > 1 else need
+    if args.memory is None:
+        return max(int(_free_memory(hydro) * MEMORY_SHARE), need)
+    if args.memory < need:
+        raise InputError(
+            f"--memory: {format_size(args.memory)} is too small for -s {args.s}: the whole-run gradient needs "
+            f"at least {format_size(need)} per rank (a snapshot of {format_size(probe.snapshot_bytes)}, one "
+            f"cycle's records of {format_size(probe.record_bytes)} and the final state's copy)"
+        )
+    return int(args.memory)
+
+
+def _free_memory(hydro: Any) -> int:
+    """Memory free now for this rank: the GPU's, or the node's shared among its ranks."""
+    if hydro.memory.device == "gpu" and hydro.memory.module is not None:
+        return int(hydro.memory.module.cuda.runtime.memGetInfo()[0])
+    free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    comm = hydro.comm.mpi
+    if hydro.comm.size > 1:
+        from mpi4py import MPI
+
+        free //= comm.Split_type(MPI.COMM_TYPE_SHARED).Get_size()
+    return int(free)
 
 
 def _run_verdicts(check: dict[str, Any]) -> dict[str, Any]:
@@ -584,11 +729,17 @@ def _gradient_lines(r: dict[str, Any]) -> str:
         f"   {'|dJ/d(coordinates)|' if name == 'coords_norm' else 'dJ/d' + name:<22} = {value: .12e}"
         for name, value in r["gradient"].items()
     ]
+    from pad.checkpoint import format_size
+
+    budget = "" if r["memory"] is None else f" in {format_size(r['memory'])}"
     return (
         "Sensitivity of the Final Origin Energy J:\n" + "\n".join(lines) + "\n"
         f"Gradient of the run  = {r['time_grad_s']:10.4g} (s), primal {r['time_primal_s']:10.4g} (s): "
-        f"overhead {r['overhead']:.2f}x; {r['snapshots']} snapshots, {r['recomputed_steps']} steps "
-        f"recomputed (offline optimum {r['optimal_recomputed_steps']})\n"
+        f"overhead {r['overhead']:.2f}x\n"
+        f"Checkpointing        = {r['schedule']}{budget}: {r['snapshots_peak']} snapshots at most, "
+        f"{r['recomputed_steps']} steps recomputed (best offline schedule for this memory: "
+        f"{r['optimal_schedule']}, {r['optimal_recomputed_steps']}), peak {format_size(r['peak_state_bytes'])} "
+        f"measured" + (f", {r['sessions']} sessions" if r["sessions"] > 1 else "") + "\n"
     )
 
 
@@ -604,10 +755,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from apps.lulesh.hydro import Abort
     from apps.lulesh.mesh import decompose
+    from pad.checkpoint import SaveError, Stopped
 
+    started = time.monotonic()  # --time-limit counts from here
     try:
         cli.check_launched(MPI)
         args = parse_args(argv)
+        args.started = started
         decompose(_size(), MPI.COMM_WORLD.Get_rank())
         result = run(args)
     except InputError as exc:
@@ -617,6 +771,14 @@ def main(argv: list[str] | None = None) -> int:
     except Abort as exc:
         print(f"lulesh: {exc}", file=sys.stderr, flush=True)
         return exc.code & 0xFF
+    except Stopped as exc:
+        if cli.first_rank():
+            print(f"lulesh: {exc}; finish it with --resume {exc.directory}", file=sys.stderr, flush=True)
+        return exc.exit_status
+    except SaveError as exc:
+        if cli.first_rank():
+            print(f"lulesh: {exc.strerror}", file=sys.stderr, flush=True)
+        return EXIT_SAVE_FAILED
     if result:
         if not args.q:
             if args.mode != "primal":

@@ -293,12 +293,23 @@ def origin_energy(hydro: Hydro, s: State) -> float:
 
 
 def sensitivity(
-    hydro: Hydro, cycles: int, parameters: dict[str, float], snapshots: int | None, coords: Any = None
+    hydro: Hydro,
+    cycles: int,
+    parameters: dict[str, float],
+    snapshots: int | None = None,
+    coords: Any = None,
+    *,
+    memory: int | str | None = None,
+    resumable: pad.checkpoint.Resumable | None = None,
+    expected_cycles: int | None = None,
 ) -> Sensitivity:
     """Run LULESH for at most ``cycles`` cycles and differentiate J = rank 0's final ``e[0]``.
 
     The set-up and the time loop run inside ``pad.autodiff``; the loop under ``pad.checkpoint.while_loop``
-    with ``snapshots`` snapshots (``None``: keep every step's record).
+    with ``snapshots`` snapshots or a ``memory`` budget (neither: every cycle's records kept). With
+    ``resumable``, a run stopped by its time limit or a signal raises ``pad.checkpoint.Stopped``, and a
+    ``Resumable(..., resume=True)`` finishes it. ``expected_cycles`` (a primal run's count) lets a memory
+    budget's schedule place its snapshots as the best offline schedule would.
     """
     mem = hydro.memory
     s = hydro.initial_state(parameters, coords)
@@ -306,16 +317,21 @@ def sensitivity(
     if hydro.rank == 0:
         de[0:1] = mem.put(np.ones(1))
     stats = pad.checkpoint.Stats()
-    taken = [0]
+    taken, count = [0], [0]  # cycles run so far (recomputations too), and the loop's count
 
     def more(st: State) -> bool:
-        go = float(st.clock[K.TIME]) < STOPTIME and taken[0] < cycles
-        taken[0] += go
-        return go
+        return float(st.clock[K.TIME]) < STOPTIME and taken[0] < cycles
+
+    def cycle(t: int, st: State) -> None:
+        taken[0] = t + 1
+        hydro.cycle(t, st)
 
     def run(*_: Any) -> None:
         hydro.setup(s)
-        pad.checkpoint.while_loop(more, hydro.cycle, s, snapshots=snapshots, stats=stats)
+        count[0] = pad.checkpoint.while_loop(
+            more, cycle, s, snapshots=snapshots, memory=memory, stats=stats, resumable=resumable,
+            expected_steps=expected_cycles,
+        )  # fmt: skip
 
     hydro.comm.Barrier()
     begin = time.perf_counter()
@@ -325,7 +341,7 @@ def sensitivity(
     totals = hydro.comm.mpi.allreduce(mem.get(dparams)) if hydro.comm.size > 1 else mem.get(dparams)
     return Sensitivity(
         energy=origin_energy(hydro, s),
-        cycles=taken[0],
+        cycles=count[0],
         parameters={name: float(totals[k]) for k, name in enumerate(PARAMETERS)},
         coords=mem.get(dxv)[:3].copy(),
         stats=stats,

@@ -146,7 +146,7 @@ def register(name: str, *, passthrough: bool = True) -> Callable[[Callable[..., 
                     _recorded(self, name, method, args, kwargs, cupy=True)
                     return ONE_RANK[name](ctx, *args, **kwargs)
                 _recorded(self, name, method, args, kwargs, cupy=False)
-                if device and (ctx is None or (ctx.reverse_mode and name in DIRECT)) and direct(self):
+                if device and hands_over(self, ctx, name):
                     for a in (*args, *kwargs.values()):
                         arrays.synchronize(a)
                     return (
@@ -555,6 +555,12 @@ def direct(comm: Comm) -> bool:
     return how["device_buffers"] == "direct"
 
 
+def hands_over(comm: Comm, ctx: tape.Context | None, name: str) -> bool:
+    """Whether op ``name`` hands device buffers to MPI as they are (else it stages them through host memory):
+    where MPI is CUDA-aware, outside ``autodiff``/``fwddiff`` and, for the ``DIRECT`` ops, inside ``autodiff``."""
+    return (ctx is None or (ctx.reverse_mode and name in DIRECT)) and direct(comm)
+
+
 def _on_device(args: tuple, kwargs: dict) -> bool:
     return any(arrays.is_device(a) for a in (*args, *kwargs.values()))
 
@@ -573,26 +579,18 @@ def _staged(
         return impl(comm, ctx, *args, **kwargs)
     direct(comm)  # logs the choice
     copies: list[tuple[Any, np.ndarray]] = []
-    stage = current_phase(ctx)
 
     def host(a: Any) -> Any:
         if not arrays.is_device(a):
             return a
         h = arrays.to_host(a)
-        _wire.staged(stage, h.nbytes)
+        _copied(ctx, a, h)
         copies.append((a, h))
-        if ctx is not None and h.dtype.kind == "f":
-            _link_copy(ctx, src=a, dst=h)
         return h
 
     def back(_: Any = None) -> None:
         for d, h in copies:
-            if ctx is not None:
-                ctx.will_write([d])
-            arrays.assign(d, h)
-            _wire.staged(stage, h.nbytes)
-            if ctx is not None and h.dtype.kind == "f":
-                _link_copy(ctx, src=h, dst=d)
+            copy_staged(ctx, h, d)
 
     hargs = tuple(host(a) for a in args)
     hkwargs = {k: host(v) for k, v in kwargs.items()}
@@ -613,21 +611,42 @@ def _writable(ctx: tape.Context, buf: Any) -> Any:
     return ctx.writable(buf)
 
 
+def copy_staged(ctx: tape.Context | None, src: Any, dst: Any) -> None:
+    """``dst[...] = src`` between device and host memory (one transfer of the whole array where both are
+    contiguous), counted in ``pad.mpi.stats()`` and differentiated."""
+    if ctx is not None:
+        ctx.will_write([dst])
+    arrays.assign(dst, src)
+    _copied(ctx, src, dst)
+
+
+def _copied(ctx: tape.Context | None, src: Any, dst: Any) -> None:
+    """Account for the copy ``dst[...] = src`` just made between device and host memory, and differentiate
+    it."""
+    _wire.staged(current_phase(ctx), dst.nbytes)
+    if ctx is not None and dst.dtype.kind == "f":
+        _link_copy(ctx, src=src, dst=dst)
+
+
 def _link_copy(ctx: tape.Context, src: Any, dst: Any) -> None:
-    """Differentiate the copy ``dst[...] = src`` between host and device (forward: copy the tangent;
-    reverse: ``dsrc += ddst; ddst = 0``)."""
+    """Differentiate the copy ``dst[...] = src`` (forward: copy the tangent; reverse: ``dsrc += ddst;
+    ddst = 0``); the shadows' copies between host and device count as staged in ``pad.mpi.stats()``."""
     dsrc, ddst = ctx.shadow(src), ctx.shadow(dst)
     if dsrc is None or ddst is None:
         return
+    crosses = arrays.is_device(dsrc) != arrays.is_device(ddst)
 
     if not ctx.reverse_mode:
         arrays.assign(ddst, dsrc)
+        if crosses:
+            _wire.staged("tangent", ddst.nbytes)
         return
 
     def reverse() -> None:
         arrays.add(dsrc, ddst)
-        arrays.assign(ddst, np.zeros(ddst.shape, ddst.dtype))
-        _wire.staged("reverse", ddst.nbytes)
+        arrays.zero(ddst)
+        if crosses:
+            _wire.staged("reverse", ddst.nbytes)
 
     ctx.record(Adjoint(reverse))
 

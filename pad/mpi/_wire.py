@@ -56,6 +56,7 @@ PHASES = ("plain", "forward", "reverse", "tangent")
 _bytes: dict[str, int] = dict.fromkeys(PHASES, 0)
 _calls: dict[str, int] = dict.fromkeys(PHASES, 0)
 _staged: dict[str, int] = dict.fromkeys(PHASES, 0)
+_copies: dict[str, int] = dict.fromkeys(PHASES, 0)
 _seconds: dict[str, float] = dict.fromkeys(PHASES, 0.0)
 _depth = threading.local()
 
@@ -93,8 +94,9 @@ def plain_call() -> None:
 
 
 def staged(phase: str, nbytes: int) -> None:
-    """Account for a copy of a device buffer to or from host memory."""
+    """Account for one copy of a device buffer to or from host memory."""
     _staged[phase] += nbytes
+    _copies[phase] += 1
 
 
 def start() -> float:
@@ -114,12 +116,13 @@ def stop(phase: str, began: float) -> None:
 def stats() -> dict[str, dict[str, float]]:
     """Per phase: bytes received from other ranks and MPI calls made by pad on this rank (inside
     autodiff/fwddiff; outside them, ``plain``, the calls only), bytes of device buffers staged through host
-    memory, and seconds spent in pad.mpi."""
+    memory and the copies that moved them, and seconds spent in pad.mpi."""
     return {
         phase: {
             "bytes": _bytes[phase],
             "calls": _calls[phase],
             "staged_bytes": _staged[phase],
+            "staged_copies": _copies[phase],
             "seconds": _seconds[phase],
         }
         for phase in PHASES
@@ -128,7 +131,7 @@ def stats() -> dict[str, dict[str, float]]:
 
 def reset_stats() -> None:
     for phase in PHASES:
-        _bytes[phase] = _calls[phase] = _staged[phase] = 0
+        _bytes[phase] = _calls[phase] = _staged[phase] = _copies[phase] = 0
         _seconds[phase] = 0.0
 
 

@@ -12,8 +12,12 @@ Other layouts (ghost elements stored apart from the block, faces only) are links
 any NumPy index of the block's axes (a tuple of slices, or an integer index array into a flat axis), or
 ``None`` where nothing is sent or received. Leading axes of ``a`` beyond the block's are fields: a
 ``(3, *block)`` array moves its three fields in one message per neighbour.
-Differentiation: packing is a gather (adjoint: add back), the messages are pad's Isend/Irecv, unpacking
-adds (adjoint: the shadow is read back) or copies (adjoint: read back, then zeroed).
+An exchange packs every outgoing region into one contiguous buffer and receives into another, the messages
+being views of them. Device arrays whose messages pad would stage through host memory (an MPI that is not
+CUDA-aware) cross to a page-locked host buffer in one copy each way per exchange, not one per message.
+Differentiation: packing is a gather (adjoint: add back), a staged copy's adjoint is the reverse copy (so the
+reverse pass crosses once each way too), the messages are pad's Isend/Irecv, unpacking adds (adjoint: the
+shadow is read back) or copies (adjoint: read back, then zeroed).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 
 from pad import arrays, tape
 from pad.mpi import _wire
-from pad.mpi._core import Adjoint, Comm, Request, current_phase, float_shadow
+from pad.mpi._core import Adjoint, Comm, Request, copy_staged, current_phase, float_shadow, hands_over
 
 Region = Any  # a tuple of slices, or an integer index array into a flat axis
 
@@ -45,6 +49,7 @@ class Halo:
         self.comm = comm
         self.links = links
         self.shared = shared
+        self._staging: dict[tuple[str, int, str], np.ndarray] = {}
 
     @classmethod
     def structured(
@@ -96,29 +101,50 @@ class Halo:
 
     def _exchange(self, ctx: tape.Context | None, a: Any, op: str) -> None:
         me, owner_wins = self.comm.rank, self.shared and op == "copy"
-        links = [
-            (
-                rank,
-                None if owner_wins and rank > me else send,
-                None if owner_wins and rank < me else recv,
-                st,
-                rt,
-            )
-            for rank, send, recv, st, rt in self.links
+        sends = [
+            (rank, tag, _at(send))
+            for rank, send, _, tag, _ in self.links
+            if send is not None and not (owner_wins and rank > me)
         ]
+        recvs = [
+            (rank, tag, _at(recv))
+            for rank, _, recv, _, tag in self.links
+            if recv is not None and not (owner_wins and rank < me)
+        ]
+        if owner_wins:
+            recvs.sort(key=lambda link: link[0])  # unpacked in increasing rank: the highest sharer's wins
         if ctx is not None:
             a = ctx.writable(a)  # an array under differentiation is read-only to the program
-        outgoing = [(rank, tag, _pack(ctx, a, send)) for rank, send, _, tag, _ in links if send is not None]
-        incoming = [
-            (rank, tag, recv, arrays.empty(a, a[_at(recv)].shape, a.dtype))
-            for rank, _, recv, _, tag in links
-            if recv is not None
+        send_regions, recv_regions = [r for _, _, r in sends], [r for _, _, r in recvs]
+        out, send_shapes = _pack(ctx, a, send_regions)
+        recv_shapes = [a[r].shape for r in recv_regions]
+        into = _buffer(ctx, a, recv_shapes)
+        # device buffers that the messages would stage one by one cross to the host and back once, whole
+        staged = arrays.is_device(a) and not hands_over(self.comm, ctx, "Isend")
+        wire_out, wire_in = (self._host("out", out), self._host("in", into)) if staged else (out, into)
+        if staged and out.size:
+            copy_staged(ctx, out, wire_out)
+        reqs = [
+            self.comm.Irecv(part, rank, tag)
+            for (rank, tag, _), part in zip(recvs, _views(wire_in, recv_shapes), strict=True)
         ]
-        reqs = [self.comm.Irecv(buf, rank, tag) for rank, tag, _, buf in incoming]
-        reqs += [self.comm.Isend(buf, rank, tag) for rank, tag, buf in outgoing]
+        reqs += [
+            self.comm.Isend(part, rank, tag)
+            for (rank, tag, _), part in zip(sends, _views(wire_out, send_shapes), strict=True)
+        ]
         Request.Waitall(reqs)
-        for _, _, recv, buf in sorted(incoming, key=lambda link: link[0]) if owner_wins else incoming:
-            _unpack(ctx, a, recv, buf, op == "sum")
+        if staged and into.size:
+            copy_staged(ctx, wire_in, into)
+        _unpack(ctx, a, recv_regions, into, recv_shapes, op == "sum")
+
+    def _host(self, which: str, buf: Any) -> np.ndarray:
+        """The host array that stages device buffer ``buf`` (``which``: "out" or "in"): page-locked, kept for
+        the next exchange of that size (an exchange's copies to and from it are done when it returns)."""
+        key = (which, buf.size, buf.dtype.str)
+        host = self._staging.get(key)
+        if host is None:
+            host = self._staging[key] = arrays.host_buffer(buf, buf.shape, buf.dtype)
+        return host
 
 
 def _side(o: int, n: int, w: int, *, outer: bool) -> slice:
@@ -138,50 +164,80 @@ def _at(region: Region) -> tuple:
     return (Ellipsis, *region) if isinstance(region, tuple) else (Ellipsis, region)
 
 
-def _pack(ctx: tape.Context | None, a: Any, region: Region) -> Any:
-    """``a[region]`` as a new contiguous array. Tangent: the same gather; adjoint: add back, zero."""
-    region = _at(region)
-    out = a[region].copy()
+def _buffer(ctx: tape.Context | None, a: Any, shapes: list[tuple[int, ...]]) -> Any:
+    """A new contiguous buffer in ``a``'s memory for regions of these shapes, one after another. Under
+    differentiation its shadow is made now, so that its views' shadows (the messages') are views of it."""
+    buf = arrays.empty(a, (sum(int(np.prod(shape)) for shape in shapes),), a.dtype)
+    if ctx is not None:
+        ctx.shadow(buf)
+    return buf
+
+
+def _views(buf: Any, shapes: list[tuple[int, ...]]) -> list[Any]:
+    """The regions of ``buf`` (see ``_buffer``), shaped."""
+    views, at = [], 0
+    for shape in shapes:
+        n = int(np.prod(shape))
+        views.append(buf[at : at + n].reshape(shape))
+        at += n
+    return views
+
+
+def _pack(ctx: tape.Context | None, a: Any, regions: list[tuple]) -> tuple[Any, list[tuple[int, ...]]]:
+    """``a``'s regions gathered into one new buffer (``_buffer``), and their shapes. Tangent: the same
+    gather; adjoint: add back, zero."""
+    parts = [a[region] for region in regions]
+    shapes = [part.shape for part in parts]
+    out = _buffer(ctx, a, shapes)
+    for part, view in zip(parts, _views(out, shapes), strict=True):
+        view[...] = part
     da = None if ctx is None else ctx.shadow(a)
     if ctx is None or da is None:
-        return out
+        return out, shapes
     dout = float_shadow(ctx, out)
+    douts = _views(dout, shapes)
     if not ctx.reverse_mode:
-        dout[...] = da[region]
-        return out
+        for region, dview in zip(regions, douts, strict=True):
+            dview[...] = da[region]
+        return out, shapes
 
     def reverse() -> None:
-        da[region] += dout
-        dout[...] = 0
+        for region, dview in zip(regions, douts, strict=True):
+            da[region] += dview
+        arrays.zero(dout)
 
     ctx.record(Adjoint(reverse))
-    return out
+    return out, shapes
 
 
-def _unpack(ctx: tape.Context | None, a: Any, region: Region, buf: Any, add: bool) -> None:
-    """``a[region] += buf`` or ``a[region] = buf``. Adjoint: ``buf``'s shadow reads ``a[region]``'s
-    (which a copy then zeroes)."""
-    region = _at(region)
+def _unpack(
+    ctx: tape.Context | None, a: Any, regions: list[tuple], buf: Any, shapes: list[tuple[int, ...]], add: bool
+) -> None:
+    """``a[region] += part`` or ``a[region] = part`` for the regions and the parts of ``buf``, in order.
+    Adjoint, in reverse order: each part's shadow reads its region's (which a copy then zeroes)."""
     if ctx is not None:
         ctx.will_write([a])
-    if add:
-        a[region] += buf
-    else:
-        a[region] = buf
+    for region, part in zip(regions, _views(buf, shapes), strict=True):
+        if add:
+            a[region] += part
+        else:
+            a[region] = part
     da = None if ctx is None else ctx.shadow(a)
     if ctx is None or da is None:
         return
-    dbuf = float_shadow(ctx, buf)
+    dparts = list(zip(regions, _views(float_shadow(ctx, buf), shapes), strict=True))
     if not ctx.reverse_mode:
-        if add:
-            da[region] += dbuf
-        else:
-            da[region] = dbuf
+        for region, dpart in dparts:
+            if add:
+                da[region] += dpart
+            else:
+                da[region] = dpart
         return
 
     def reverse() -> None:
-        dbuf[...] += da[region]
-        if not add:
-            da[region] = 0
+        for region, dpart in reversed(dparts):
+            dpart[...] += da[region]
+            if not add:
+                da[region] = 0
 
     ctx.record(Adjoint(reverse))

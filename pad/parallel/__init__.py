@@ -17,7 +17,7 @@ from pad import arrays, tape
 from pad.kernel import Kernel, KernelSyntaxError, Variant, checks
 from pad.parallel import cpu, graph, plans
 
-__all__ = ["LaunchRecord", "launch", "launch_stats"]
+__all__ = ["LaunchAccess", "LaunchRecord", "launch", "launch_stats"]
 
 
 def _check(k: Any, n: Any) -> int:
@@ -111,7 +111,7 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
     plain = tuple(float(a) if isinstance(a, tape.ActiveScalar) else a for a in args)
     if not ctx.reverse_mode:
         variant = k.variant(plain, "tangent", active, target)
-        ctx.will_write(args[p] for p in variant.stored)
+        ctx.will_write((args[p] for p in variant.stored), LaunchAccess(variant, n, args))
         tangents = [shadows[p] for p in variant.active_arrays]
         tangents += [args[p].tangent for p in variant.active_scalars]
         _run(variant, n, plain, tangents, shadows)
@@ -123,7 +123,7 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
     if variant.inspector is not None:  # inspects the index arrays before the primal reads them
         plans.prepare(variant, n, plain)
     kept = {p: ctx.keep(args[p]) for p in variant.loaded}
-    ctx.will_write(args[p] for p in variant.stored)
+    ctx.will_write((args[p] for p in variant.stored), LaunchAccess(variant, n, args))
     primal = k.variant(plain, "primal", target=target, signature=signature)
     slots = [args[p].slot for p in variant.active_scalars]
     if ctx.fuse and ctx.at_top_level():
@@ -138,6 +138,17 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
     ctx.record(LaunchRecord(ctx, variant, n, plain, kept, shadows, slots))
     if checked:
         ctx.settle((args[p] for p in variant.stored), f"pad.launch({k.fn.__name__})")
+
+
+class LaunchAccess:
+    """What a launch about to run reads and how it writes, for the tape's write observers: the arguments it
+    loads (``variant.loaded``), stores (``variant.stored``) and overwrites unread over ``args[p][o : o + n]``
+    (``variant.overwrites``: ``p -> o``)."""
+
+    __slots__ = ("args", "n", "variant")
+
+    def __init__(self, variant: Variant, n: int, args: tuple) -> None:
+        self.variant, self.n, self.args = variant, n, args
 
 
 class LaunchRecord:

@@ -33,9 +33,41 @@ def test_a_ring_of_device_buffers_and_its_adjoint(aware, how):
     out = json.loads(done.stdout)
     assert out["transport"] == {"device_buffers": how, "why": f"PAD_MPI_CUDA_AWARE={aware}"}
     for st in out["stats"]:
-        # 4 float64 each way: staged, every device buffer is copied to the host and back
+        # 4 float64 each way: staged, both device buffers are copied to the host and back, 32 bytes a copy
         staged = {"plain": 128, "forward": 128, "reverse": 128} if how == "staged" else {}
         for phase in ("plain", "forward", "reverse"):
             assert st[phase]["staged_bytes"] == staged.get(phase, 0), (phase, st)
+            assert st[phase]["staged_copies"] == staged.get(phase, 0) // 32, (phase, st)
             assert st[phase]["seconds"] > 0.0
         assert st["forward"]["bytes"] == st["reverse"]["bytes"] == 32
+
+
+@pytest.mark.skipif(not os.path.exists(MPIEXEC), reason="no mpiexec beside the interpreter")
+@pytest.mark.parametrize(("aware", "how"), [("0", "staged"), ("1", "direct")])
+def test_a_halo_exchange_of_a_device_array_crosses_to_the_host_once_each_way(aware, how):
+    """4 ranks on a 2 x 2 grid (3 neighbours each): the device exchanges give the host exchange's values and
+    pass check_grad (mpi_device_halo.py asserts both). Staged, an exchange copies one buffer to the host and
+    one back, whatever the number of neighbours, in the primal, the forward sweep and the reverse pass alike;
+    in fwddiff the tangents travel with the values (staged in both modes: one more copy each way)."""
+    env = dict(
+        os.environ, PAD_MPI_CUDA_AWARE=aware, PYTHONPATH=REPO, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1"
+    )
+    script = os.path.join(REPO, "tests", "gpu", "mpi_device_halo.py")
+    done = subprocess.run(
+        [MPIEXEC, "-n", "4", sys.executable, script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["transport"]["device_buffers"] == how
+    for rank in out["ranks"]:
+        messages, nbytes = rank["messages"], rank["bytes"]
+        copies = {"plain": 2, "forward": 2, "reverse": 2} if how == "staged" else {}
+        for run, phase in (("plain", "plain"), ("autodiff", "forward"), ("autodiff", "reverse")):
+            st = rank[run][phase]
+            assert st["calls"] == messages == 6, (run, phase, st)
+            assert st["staged_copies"] == copies.get(phase, 0), (run, phase, st)
+            assert st["staged_bytes"] == nbytes * copies.get(phase, 0), (run, phase, st)
+        assert rank["autodiff"]["forward"]["bytes"] == rank["autodiff"]["reverse"]["bytes"] == nbytes
+        tangent = rank["fwddiff"]["tangent"]
+        assert tangent["calls"] == messages and tangent["bytes"] == nbytes, tangent
+        assert (tangent["staged_copies"], tangent["staged_bytes"]) == (4, 4 * nbytes), tangent

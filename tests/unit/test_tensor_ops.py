@@ -4,6 +4,7 @@ differences and the forward/reverse dot-product test, at small sizes."""
 from __future__ import annotations
 
 import re
+
 import numpy as np
 import pytest
 

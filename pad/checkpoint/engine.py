@@ -1,0 +1,476 @@
+"""Running a checkpointed loop inside ``autodiff``: its steps, a schedule's actions, and the reverse pass.
+
+Three ways to run the steps forward:
+- ``record``: each step recorded as it runs (keep-all, or while a memory budget holds the records); a
+  snapshot of the start is kept if anything may have to be recomputed;
+- an offline schedule of ``checkpoint_schedules`` (``Sweep``): Revolve/Multistage, Mixed, two-level;
+- ``dynamic``: unrecorded steps with snapshots placed online (``plan.Dynamic``).
+Whatever ran forward, the reverse pass (``Loop.reverse_from``) walks down from the last step: a recorded step
+is reversed at once, otherwise the gap back to the nearest snapshot is reversed by the schedule that fits
+the memory left. A resumed run starts from what was saved and goes on the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from checkpoint_schedules import (
+    CheckpointSchedule,
+    Copy,
+    EndForward,
+    EndReverse,
+    Forward,
+    Move,
+    Reverse,
+    StorageType,
+)
+
+from pad import tape
+from pad.checkpoint.plan import Choice, Dynamic, Sizes, choose
+from pad.checkpoint.sizes import format_size
+from pad.checkpoint.store import Store, _root
+from pad.parallel import LaunchRecord
+
+
+@dataclass
+class Stats:
+    """What a checkpointed loop did: pass ``stats=Stats()`` to ``loop``/``while_loop``.
+
+    Complete once the loop's reverse pass has run (counts add up over the sessions of a resumed run).
+    """
+
+    nsteps: int = 0  # steps of the loop
+    steps: int = 0  # step calls in all: first sweep, recomputations and the recorded re-runs
+    snapshots_peak: int = 0  # most snapshots held at once
+    peak_bytes: int = 0  # most snapshot bytes held at once (in memory or on disk)
+    state_bytes: int = 0  # bytes of one copy of the state (the arrays the steps overwrite)
+    schedule: str = "keep-all"  # the schedule that ran: keep-all, revolve, mixed, two-level, online ...
+    memory: int | None = None  # the memory budget, bytes
+    peak_memory: int = 0  # measured: most bytes held at once (snapshots, final state, kept records)
+    peak_disk_bytes: int = 0  # most bytes of snapshots on disk at once
+    snapshot_bytes: int = 0  # bytes of the largest snapshot (what its step reads of the state)
+    record_bytes: int = 0  # bytes the records of one step keep (the largest)
+    sessions: int = 1  # runs it took: 1 + the times it was stopped and resumed
+    schedules: dict[str, int] = field(default_factory=dict)  # steps reversed under each schedule
+
+    @property
+    def recomputed(self) -> int:
+        """Step calls beyond the first sweep."""
+        return self.steps - self.nsteps
+
+
+class BudgetError(ValueError):
+    """A memory budget too small for any schedule of this loop."""
+
+
+class _Watched(list):
+    """A step's records, each shown to ``watch`` as it is added (also from task threads)."""
+
+    def __init__(self, watch: Callable[[Any], None]) -> None:
+        super().__init__()
+        self._watch = watch
+
+    def append(self, rec: Any) -> None:
+        self._watch(rec)
+        super().append(rec)
+
+
+def _record_bytes(records: list[Any], roots: set[int]) -> int:
+    """Bytes the kept values of a step's ``records`` hold by themselves: their copies, and the copies
+    they will make when the state arrays they alias are overwritten (values an earlier step's records also
+    keep are counted: the step's records alone would hold them)."""
+    total, seen = 0, set()
+    for rec in records:
+        if not isinstance(rec, LaunchRecord):
+            continue
+        for kept in rec.kept.values():
+            if id(kept) in seen:
+                continue
+            seen.add(id(kept))
+            if kept.copied or id(_root(kept.array)) in roots:
+                total += int(kept.array.nbytes)
+    return total
+
+
+@dataclass
+class Options:
+    snapshots: int | None = None
+    memory: int | None = None
+    storage: str = "memory"
+    directory: str | None = None
+    resumable: Any = None  # a pad.checkpoint.Resumable
+
+
+class Loop:
+    """A checkpointed loop's step, arguments, snapshots, records and counters."""
+
+    def __init__(self, ctx: tape.Context, step: Callable[..., Any], args: tuple, opts: Options, stats: Stats):
+        from pad.checkpoint.layout import Layout
+
+        self.ctx, self.step, self.args, self.opts, self.stats = ctx, step, args, opts, stats
+        self.stats.memory = opts.memory
+        self._folder: str | None = None
+        self.store = Store(ctx, folder=self.folder, spares=opts.memory is None)
+        self.layout = Layout(args)
+        self.records: dict[int, list[Any]] = {}
+        # per recorded step: the copies its kept values hold (measured), and at its end, what they held
+        # and would still copy when the state arrays they alias are overwritten (the step's record size)
+        self.accounts: dict[int, tuple[tape.Account, int]] = {}
+        self.sizes = Sizes()
+        self.protected: set[int] = set()  # snapshots kept to the end (a resumable run's start)
+        self.progress = 0  # steps run or reversed in this session
+        self.serial = ctx.serial  # shadows registered before the loop (see ``resume``)
+        self.dynamic: Dynamic | None = None
+        self.recording = False  # the forward records every step (keep-all) for now
+        self.switched = False
+        # the snapshot files: removed at the end of the reverse pass, after an error, or when forgotten
+        self._remove = weakref.finalize(self, shutil.rmtree, "", True)
+        self._remove.detach()
+
+    # -- places ----------------------------------------------------------------------------------------
+    def folder(self) -> str:
+        """The folder of this loop's snapshot files, made on first use (removed with the loop)."""
+        if self._folder is None:
+            base = self.opts.directory
+            if base is None and self.opts.resumable is not None:
+                base = self.opts.resumable.rank_directory()
+            if base is not None:
+                os.makedirs(base, exist_ok=True)
+            self._folder = tempfile.mkdtemp(prefix="pad-checkpoint-", dir=base)
+            self._remove = weakref.finalize(self, shutil.rmtree, self._folder, True)
+        return self._folder
+
+    def close(self) -> None:
+        self.store.close()
+        self.records.clear()
+        self._remove()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Observe the steps' writes; on an error let the snapshots go before it propagates."""
+        try:
+            with self.ctx.before_writes(self.store.capture):
+                yield
+        except BaseException:
+            self.close()
+            raise
+
+    # -- steps -----------------------------------------------------------------------------------------
+    def advance(self, t: int, record: bool, fresh: bool = False) -> None:
+        """Run step ``t``, recorded (kept in ``records[t]``) or not. ``fresh``: a snapshot was just taken."""
+        self.stats.steps += 1
+        store = self.store
+        store.begin_step()
+        if record:
+            recs = _Watched(store.watch)
+            account = tape.Account()
+            with tape.recording_into(recs), tape.accounting(account):
+                self.step(t, *self.args)
+            self.records[t] = recs
+        else:
+            with tape.unrecorded(store.watch):
+                self.step(t, *self.args)
+        self.layout.check(t)
+        store.end_step()
+        if record:
+            roots = {id(r) for r in store.roots()}
+            self.accounts[t] = (account, _record_bytes(recs, roots))
+        self.progress += 1
+        self.track()
+
+    def reverse_step(self, t: int) -> None:
+        tape.reverse_records(self.records.pop(t))
+        self.progress += 1
+        self.track()
+
+    def take(self, n: int, disk: bool = False) -> None:
+        self.store.take(n, disk=disk)
+        self.track()
+
+    def drop(self, n: int) -> None:
+        if n not in self.protected and self.store.holds(n):
+            self.store.drop(n)
+
+    def record_memory(self) -> int:
+        """Bytes the copies kept by the recorded steps' values hold now (measured); updates the size of a
+        step's records (the largest of what one holds and what it was bound to hold)."""
+        total = 0
+        for t, (account, bound) in list(self.accounts.items()):
+            total += account.bytes
+            self.sizes.record = max(self.sizes.record, account.bytes, bound if t in self.records else 0)
+            if account.bytes <= 0 and t not in self.records:
+                del self.accounts[t]
+        return total
+
+    def held(self) -> int:
+        """Bytes held now: snapshots in memory, the final state's copy, spare buffers, kept records."""
+        return self.store.memory_bytes() + self.record_memory()
+
+    def track(self) -> None:
+        """Measure: bytes held now (snapshots in memory, the final copy, kept records), their peak."""
+        s, store = self.stats, self.store
+        held = self.held()
+        s.peak_memory = max(s.peak_memory, held)
+        s.peak_bytes = max(s.peak_bytes, store.snapshot_bytes())
+        s.peak_disk_bytes = max(s.peak_disk_bytes, store.disk_bytes())
+        s.snapshots_peak = max(s.snapshots_peak, len(store.positions()))
+        s.state_bytes = max(s.state_bytes, store.state_bytes())
+        self.sizes.final = max(self.sizes.final, s.state_bytes)
+        self.sizes.snapshot = max(self.sizes.snapshot, store.largest_snapshot())
+        s.snapshot_bytes, s.record_bytes = self.sizes.snapshot, self.sizes.record
+
+    def note(self, schedule: str, steps: int) -> None:
+        self.stats.schedules[schedule] = self.stats.schedules.get(schedule, 0) + steps
+
+    # -- budgets ---------------------------------------------------------------------------------------
+    def check_budget(self) -> None:
+        """Refuse a budget that cannot hold one snapshot, one step's records and the final state's copy."""
+        budget = self.opts.memory
+        need = self.sizes.minimum
+        if budget is not None and budget < need:
+            raise BudgetError(
+                f"pad.checkpoint: memory={format_size(budget)} is too small for this loop: it needs at "
+                f"least {format_size(need)} (a snapshot of {format_size(self.sizes.snapshot)}, one step's "
+                f"records of {format_size(self.sizes.record)} and the final state's copy of "
+                f"{format_size(self.sizes.final)})"
+            )
+
+    def free(self, start: int | None = None) -> int:
+        """Memory left for a schedule: the budget less what is held, the snapshot at ``start`` not counted
+        (the schedule uses it), less the final state's copy if not yet taken."""
+        assert self.opts.memory is not None
+        store = self.store
+        held = self.held()
+        if start is not None and store.holds(start) and start not in store.on_disk:
+            held -= sum(s.nbytes for s in store.held[start].values())
+        final = 0 if store.holds(-1) else self.sizes.final
+        return self.opts.memory - held - final
+
+    def disk_slots(self) -> int:
+        """Snapshots the disk may hold for a two-level schedule: with a folder for them (``directory``, or a
+        resumable run's), half the free space there."""
+        base = self.opts.directory or (self.opts.resumable.directory if self.opts.resumable else None)
+        if base is None or self.opts.memory is None or self.sizes.snapshot <= 0:
+            return 0
+        with contextlib.suppress(OSError):
+            return int(shutil.disk_usage(base).free // 2 // self.sizes.snapshot)
+        return 0
+
+    def slots(self) -> int | None:
+        """Snapshots a memory budget holds now, those held included (None: no budget)."""
+        if self.opts.memory is None:
+            return None
+        held = sum(sum(v.nbytes for v in snap.values()) for n, snap in self.store.held.items() if n >= 0)
+        return max(1, (self.free() + held - self.sizes.record) // max(self.sizes.snapshot, 1))
+
+    def record_fits(self) -> bool:
+        """Whether the next step's records still fit the budget (beside what is held)."""
+        if self.opts.memory is None:
+            return True
+        return self.held() + self.sizes.record <= self.opts.memory
+
+    # -- stopping and saving ---------------------------------------------------------------------------
+    def stop_forward(self, t: int) -> None:
+        """Before step ``t`` of the forward sweep: save and stop if the run was asked to stop."""
+        r = self.opts.resumable
+        if r is not None and r.should_stop(self.progress):
+            r.save_forward(self, t)
+
+    def stop_reverse(self, done: int) -> None:
+        """Steps ``done`` and later are reversed: save and stop if asked to and it can be resumed here."""
+        r = self.opts.resumable
+        if r is None or not (done == 0 or self.store.holds(0)):
+            return
+        if r.should_stop(self.progress):
+            r.save_reverse(self, done)
+
+    # -- forward ---------------------------------------------------------------------------------------
+    def start_recording(self, t: int) -> bool:
+        """Record every step from ``t`` on, keeping a snapshot at ``t`` if a fallback or a resumed run may
+        need it (a resumable run keeps it to the end); whether a snapshot was taken."""
+        self.recording = True
+        if self.opts.resumable is not None and t == 0:
+            self.protected.add(t)
+        if (self.opts.memory is not None or self.opts.resumable is not None) and not self.store.holds(t):
+            self.take(t)
+            return True
+        return False
+
+    def start_dynamic(self, t: int, slots: int | None = None) -> None:
+        """From step ``t`` on, unrecorded steps with snapshots placed online (``slots`` of them in all)."""
+        self.recording = False
+        if self.records:
+            self.switched = True
+        self.records.clear()
+        if slots is None:
+            self.check_budget()
+            slots = max(1, self.free() // max(self.sizes.snapshot, 1) + len(self.store.positions()))
+        dyn = self.dynamic = Dynamic(slots)
+        for k, p in enumerate(self.store.positions()):
+            if k == 0 or p in self.protected:
+                dyn.start(p)
+            else:
+                dyn.levels[p] = 0
+
+    def forward(self, more: Callable[[int], bool], t: int, fresh: bool = False) -> int:
+        """Run steps from ``t`` while ``more(t)``, recording or placing snapshots; returns the step count.
+        ``fresh``: a snapshot was taken at ``t`` just before."""
+        while more(t):
+            self.stop_forward(t)
+            if self.recording and self.records and not self.record_fits():
+                self.start_dynamic(t)
+            if self.recording:
+                self.advance(t, record=True, fresh=fresh)
+                fresh = False
+                if len(self.records) == 1 and self.opts.memory is not None:
+                    self.check_budget()
+            else:
+                assert self.dynamic is not None
+                drops, take = self.dynamic.place(t, self.slots())
+                for d in drops:
+                    self.drop(d)
+                if take:
+                    self.take(t)
+                self.advance(t, record=False, fresh=take)
+            t += 1
+        return t
+
+    # -- reverse ---------------------------------------------------------------------------------------
+    def reverse_from(self, done: int) -> None:
+        """Reverse steps ``done - 1`` down to 0 (the later ones are reversed)."""
+        t = done - 1
+        if any(k not in self.records for k in range(t + 1)):
+            self.take_final()
+        while t >= 0:
+            self.stop_reverse(t + 1)
+            if t in self.records:
+                self.reverse_step(t)
+                self.note("keep-all", 1)
+                t -= 1
+                continue
+            start = max(p for p in self.store.positions() if p <= t)
+            self.store.restore(start, drop=False)
+            choice = self.plan(start, t + 1 - start)
+            Sweep(self, choice, start, held=True, in_reverse=True).run_all()
+            self.note(choice.name, t + 1 - start)
+            self.drop(start)
+            t = start - 1
+        if self.store.holds(-1):
+            self.store.restore(-1, drop=True)
+
+    def take_final(self) -> None:
+        """Copy the final state, to put it back after the reverse pass (which restores earlier states)."""
+        if not self.store.holds(-1):
+            self.store.take(-1, step_follows=False)
+            self.track()
+
+    def plan(self, start: int, n: int) -> Choice:
+        """The schedule for the gap of ``n`` steps from the snapshot at ``start``."""
+        opts = self.opts
+        if opts.memory is None:
+            slots = max(1, (opts.snapshots or 1) - len([p for p in self.store.positions() if p < start]))
+            if opts.storage == "disk":
+                return Choice("revolve", n, 0, 0, slots)
+            return Choice("revolve", n, 0, slots)
+        choice = choose(n, self.free(start), self.sizes, self.disk_slots())
+        return choice if choice is not None else Choice("revolve", n, 0, 1)
+
+
+class Ended(Exception):
+    """The loop's condition ended it before the schedule's step count (``while_loop``'s expected steps)."""
+
+
+class Outgrown(Exception):
+    """The sizes a schedule was chosen for have grown (a state array appeared late): the next step would
+    overrun the memory budget."""
+
+
+class Sweep:
+    """A loop's steps ``offset .. offset+n-1`` run through a ``checkpoint_schedules`` schedule.
+
+    ``held``: the state at ``offset`` is a snapshot already. ``watch_sizes``: raise ``Outgrown`` in the
+    forward sweep when what is held, the next step's records and the final state's copy would overrun the
+    memory budget (the sizes the schedule was chosen for have grown). ``more``:
+    the loop's condition, asked before each step of the forward sweep (``Ended`` when it says no).
+    ``in_reverse``: a gap reversed in the loop's reverse pass (its forward part is no forward sweep: no stop
+    is saved there).
+    """
+
+    def __init__(
+        self,
+        lp: Loop,
+        choice: Choice,
+        offset: int,
+        held: bool,
+        watch_sizes: bool = False,
+        more: Callable[[int], bool] | None = None,
+        in_reverse: bool = False,
+    ) -> None:
+        self._lp, self._offset, self._held, self._watch_sizes = lp, offset, held, watch_sizes
+        self._more = more
+        self._in_reverse = in_reverse
+        self.choice = choice
+        if choice.name == "keep-all":  # every step's records kept: Mixed with a unit for each
+            sched: CheckpointSchedule = Choice("mixed", choice.n, choice.n, max(choice.n - 1, 0)).schedule()
+        else:
+            sched = choice.schedule()
+        self._actions = iter(sched)
+        self._forward_done = False
+
+    @property
+    def offset(self) -> int:
+        return self._offset
+
+    def run_all(self) -> None:
+        self.run()
+        self.run()
+
+    def run(self) -> None:
+        """Carry out the schedule's actions up to its end of the forward pass, or of the reverse pass."""
+        lp, off = self._lp, self._offset
+        for action in self._actions:
+            if isinstance(action, Forward):
+                self._forward(action)
+            elif isinstance(action, Reverse):
+                for t in reversed(range(int(action.n0), int(action.n1))):
+                    lp.reverse_step(off + t)
+                    lp.stop_reverse(off + t)
+            elif isinstance(action, (Copy, Move)):
+                n = off + int(action.n)
+                if lp.store.holds(n) and n >= 0:
+                    lp.store.restore(n, drop=False)
+                    if isinstance(action, Move):
+                        lp.drop(n)
+            elif isinstance(action, EndForward):
+                self._forward_done = True
+                return
+            elif isinstance(action, EndReverse):
+                return
+            else:  # pragma: no cover - the schedules emit only the actions above
+                raise RuntimeError(f"pad.checkpoint: unexpected schedule action {action!r}")
+
+    def _forward(self, action: Forward) -> None:
+        lp, off = self._lp, self._offset
+        n0, n1 = int(action.n0), int(action.n1)
+        disk = action.storage == StorageType.DISK
+        took = False
+        if action.write_ics and not (self._held and n0 == 0):
+            lp.take(off + n0, disk=disk)
+            took = True
+        for t in range(n0, n1):
+            if not self._forward_done and not self._in_reverse:
+                if self._more is not None and not self._more(off + t):
+                    raise Ended(off + t)
+                lp.stop_forward(off + t)
+                if self._watch_sizes and lp.opts.memory is not None:
+                    need = lp.held() + lp.sizes.record + (0 if lp.store.holds(-1) else lp.sizes.final)
+                    if need > lp.opts.memory:
+                        raise Outgrown(off + t)
+            lp.advance(off + t, record=action.write_adj_deps, fresh=took and t == n0)

@@ -1,0 +1,563 @@
+"""Snapshots of a loop's state: which arrays, which parts of them, copied while the step computes.
+
+The state is found, not declared: it is every array the steps announce they overwrite (``will_write``). A
+snapshot taken before step ``n`` starts a copy of each state array in the background (a thread on the host;
+on a GPU a second stream, so the copy overlaps the step's kernels) and the write observer holds back the
+first write to an array until its copy is done (on a GPU the compute stream waits for the copy's event; the
+host does not). An array first overwritten after snapshots were taken is added to them, before the write,
+with the value it still holds.
+
+A snapshot holds only what step ``n`` reads. When the first thing step ``n`` does to a state array is a
+launch that overwrites a range of it without reading it (``y[i + c] = ...``, the kernel never reading
+``y``: ``Variant.overwrites``), that range is left out. Whether it is, is known only when the launch comes;
+the copy starts earlier, so it leaves out the range that the array's first touch left unread last time and,
+when the launch comes, the observer copies what it does read after all, before the write. Anything but a
+launch of this thread (an MPI operation, a task) may read every array it has not seen overwritten. Restoring
+fills a left-out range with NaN, so a read pad did not see (plain NumPy code in the step reading a state array
+before a launch overwrites it) shows as NaN in the gradient rather than as a wrong number.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import os
+import threading
+import weakref
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from pad import arrays, tape
+from pad.parallel import LaunchAccess, LaunchRecord
+from pad.tasks import unguarded
+
+Hole = tuple[int, int]
+
+
+def _root(a: Any) -> Any:
+    """The array that owns ``a``'s memory (``a`` itself unless it is a view)."""
+    while getattr(a, "base", None) is not None and hasattr(a.base, "shape"):
+        a = a.base
+    return a
+
+
+def span(a: Any, offset: int | None, n: int) -> Hole | None:
+    """The flat elements of ``a``'s root that ``a[offset : offset + n]`` covers, or None if not a plain range."""
+    if offset is None or n < 1 or not isinstance(a, np.ndarray) or a.ndim != 1 or a.dtype.kind not in "fc":
+        return None
+    if offset < 0 or offset + n > a.shape[0] or not a.flags.c_contiguous:
+        return None
+    root = _root(a)
+    if not isinstance(root, np.ndarray) or root.dtype != a.dtype or not root.flags.c_contiguous:
+        return None
+    start, rem = divmod(arrays.address(a) - arrays.address(root), a.itemsize)
+    if rem or start < 0 or start + a.shape[0] > root.size:
+        return None
+    return start + offset, start + offset + n
+
+
+def _covers(outer: Hole | None, inner: Hole | None) -> bool:
+    return inner is None or (outer is not None and outer[0] <= inner[0] and inner[1] <= outer[1])
+
+
+# ---------------------------------------------------------------------------------------------- copies
+class _Copy:
+    """A copy of an array (less a hole) being made: ``before_write`` makes later writes to the source safe,
+    ``result`` gives the copy once made."""
+
+    def __init__(self, buffer: Any, future: concurrent.futures.Future | None = None, event: Any = None):
+        self.buffer, self._future, self._event = buffer, future, event
+
+    def before_write(self) -> None:
+        if self._future is not None:
+            self._future.result()
+        elif self._event is not None:  # a GPU copy: the compute stream waits for it, the host does not
+            import cupy
+
+            cupy.cuda.get_current_stream().wait_event(self._event)
+
+    def result(self) -> Any:
+        if self._future is not None:
+            self._future.result()
+        elif self._event is not None:
+            self._event.synchronize()
+        return self.buffer
+
+
+def _pack_into(out: Any, flat: Any, hole: Hole | None) -> None:
+    if hole is None:
+        out[...] = flat
+        return
+    lo, hi = hole
+    out[:lo] = flat[:lo]
+    out[lo:] = flat[hi:]
+
+
+class Copier:
+    """Starts copies of state arrays that run beside the step: NumPy arrays on a thread (NumPy and pad's
+    kernels release the GIL), CuPy arrays on a second stream after an event of the compute stream; other
+    device arrays (numba's) are copied at once."""
+
+    def __init__(self, spares: bool = True) -> None:
+        self._keep_spares = spares
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._stream: Any = None
+        self._spare: dict[tuple, list[Any]] = {}  # host buffers of dropped snapshots, reused
+        self._lock = threading.Lock()
+
+    def start(self, a: Any, hole: Hole | None) -> _Copy:
+        """Start copying ``a`` (a root array) less the flat range ``hole``."""
+        size = a.size - (0 if hole is None else hole[1] - hole[0])
+        if isinstance(a, np.ndarray):
+            shape = a.shape if hole is None else (size,)
+            out = self._buffer(shape, a.dtype)
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pad-snapshot")
+            flat = a if hole is None else a.reshape(-1)
+            return _Copy(out, future=self._pool.submit(_pack_into, out, flat, hole))
+        if arrays.is_cupy(a):
+            import cupy
+
+            compute = cupy.cuda.get_current_stream()
+            if self._stream is None:
+                self._stream = cupy.cuda.Stream(non_blocking=True)
+            ready = cupy.cuda.Event(disable_timing=True)
+            ready.record(compute)
+            self._stream.wait_event(ready)
+            with self._stream:
+                out = cupy.empty(a.shape if hole is None else (size,), a.dtype)
+                _pack_into(out, a if hole is None else a.reshape(-1), hole)
+                done = cupy.cuda.Event(disable_timing=True)
+                done.record(self._stream)
+            return _Copy(out, event=done)
+        return _Copy(arrays.copy(a))  # numba device arrays: no views for holes (``span`` gives none)
+
+    def _buffer(self, shape: tuple, dtype: Any) -> np.ndarray:
+        with self._lock:
+            spare = self._spare.get((shape, np.dtype(dtype).str))
+            if spare:
+                return spare.pop()
+        return np.empty(shape, dtype)
+
+    def recycle(self, buffer: Any) -> None:
+        """Keep a dropped snapshot's host buffer (one per shape) for the next copy of that shape."""
+        if self._keep_spares and isinstance(buffer, np.ndarray) and buffer.base is None:
+            with self._lock:
+                kept = self._spare.setdefault((buffer.shape, buffer.dtype.str), [])
+                if not kept:
+                    kept.append(buffer)
+
+    def spare_bytes(self) -> int:
+        with self._lock:
+            return sum(b.nbytes for kept in self._spare.values() for b in kept)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        with self._lock:
+            self._spare.clear()
+
+
+class Saved:
+    """One saved copy of a root array (less ``hole``), in memory or in a file; shared by every snapshot that
+    holds that array's value."""
+
+    __slots__ = ("copy", "dtype", "hole", "nbytes", "path", "shape")
+
+    def __init__(self, copy: _Copy | None, shape: tuple, dtype: Any, hole: Hole | None, nbytes: int) -> None:
+        self.copy, self.shape, self.dtype, self.hole, self.nbytes = copy, tuple(shape), dtype, hole, nbytes
+        self.path: str | None = None
+
+    def data(self) -> Any:
+        """The saved values (waits for the copy); from the file if on disk."""
+        if self.path is not None:
+            return np.load(self.path, mmap_mode="r")
+        assert self.copy is not None
+        return self.copy.result()
+
+    def restore_into(self, r: Any) -> None:
+        data = self.data()
+        if self.hole is None:
+            arrays.assign(r, data)
+            return
+        lo, hi = self.hole
+        flat = r.reshape(-1)  # a view: only C-contiguous roots get holes
+        flat[:lo] = data[:lo]
+        flat[hi:] = data[lo:]
+        flat[lo:hi] = np.nan  # the next step overwrites it unread; a read pad did not see shows as NaN
+
+
+# ---------------------------------------------------------------------------------------------- the store
+class Store:
+    """The snapshots of one loop: the state arrays found so far and, per step, a copy of each.
+
+    Snapshots live in memory or (``disk``) in files under ``folder``. ``spares``: keep the buffers of
+    dropped snapshots for the next ones (not under a memory budget, which they would eat into).
+    ``Store.take`` starts the copies;
+    ``begin_step``/``end_step`` bracket the step run after it, during which the write observer (``capture``)
+    settles what the snapshot leaves out.
+    """
+
+    def __init__(
+        self, ctx: tape.Context, folder: Callable[[], str] | None = None, spares: bool = True
+    ) -> None:
+        self._ctx = ctx
+        self._folder = folder  # gives the folder for snapshots on disk (made on first use)
+        self._roots: dict[int, weakref.ref] = {}
+        self.held: dict[int, dict[int, Saved]] = {}
+        self.on_disk: set[int] = set()
+        self._dead: list[int] = []  # roots that died since the last purge
+        self._copier = Copier(spares)
+        self._files = 0
+        self._inflight: dict[int, list[_Copy]] = {}  # root -> copies still reading it
+        self._predicted: dict[int, Hole | None] = {}  # root -> the range its last first touch left unread
+        # the snapshot whose step is running and the roots whose copies left out a guessed range
+        self._owed: int | None = None
+        self._unsettled: set[int] = set()
+        self._trims: dict[int, Hole] = {}  # roots the step overwrote unread whose copies were made whole
+        self._read: set[int] = set()
+        self._touched: set[int] = set()
+        self._blind = False
+        self._thread = threading.get_ident()
+        self._lock = threading.RLock()
+
+    # -- roots ---------------------------------------------------------------------------------------
+    def _forget(self, key: int) -> Callable[[Any], None]:
+        """A temporary array the step wrote has died: its copies go at the next purge. Not at once: the
+        callback runs whenever the garbage collector does, also inside this store's loops over its dicts,
+        which must not change size under them (an 8-rank LULESH gradient failed so)."""
+
+        def gone(_: Any) -> None:
+            self._dead.append(key)
+
+        return gone
+
+    def _purge(self) -> None:
+        while self._dead:
+            key = self._dead.pop()
+            self._roots.pop(key, None)
+            self._predicted.pop(key, None)
+            self._unsettled.discard(key)
+            for copies in self._inflight.pop(key, []):
+                copies.result()
+            for snap in self.held.values():
+                if key in snap:
+                    self._discard([snap.pop(key)])
+
+    def _known(self, r: Any) -> bool:
+        ref = self._roots.get(id(r))
+        return ref is not None and ref() is r
+
+    def roots(self) -> list[Any]:
+        self._purge()
+        return [r for ref in list(self._roots.values()) if (r := ref()) is not None]
+
+    def state_bytes(self) -> int:
+        return sum(r.nbytes for r in self.roots())
+
+    # -- copies --------------------------------------------------------------------------------------
+    def _start(self, r: Any, hole: Hole | None, disk: bool) -> Saved:
+        nbytes = (r.size - (0 if hole is None else hole[1] - hole[0])) * r.itemsize
+        saved = Saved(self._copier.start(r, hole), r.shape, r.dtype, hole, nbytes)
+        self._inflight.setdefault(id(r), []).append(saved.copy)  # type: ignore[arg-type]
+        if disk:
+            self._to_disk(saved, r)
+        return saved
+
+    def _to_disk(self, saved: Saved, r: Any | None) -> None:
+        """Write ``saved``'s copy to a file and let the memory go (waits for the copy)."""
+        assert self._folder is not None
+        folder = self._folder()
+        self._files += 1
+        path = os.path.join(folder, f"{self._files}.npy")
+        data = arrays.to_host(saved.data())
+        try:
+            np.save(path, data)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.remove(path)
+            message = f"pad.checkpoint: writing a snapshot to {folder} failed: {exc.strerror}"
+            raise OSError(exc.errno, message) from None
+        if r is not None:
+            copies = self._inflight.get(id(r), [])
+            if saved.copy in copies:
+                copies.remove(saved.copy)
+        self._copier.recycle(saved.copy.buffer if saved.copy is not None else None)
+        saved.copy, saved.path = None, path
+
+    def _before_write(self, r: Any) -> None:
+        """Make a write to ``r`` safe: every copy still reading it has read it."""
+        for copy in self._inflight.pop(id(r), []):
+            copy.before_write()
+
+    # -- taking, restoring ---------------------------------------------------------------------------
+    def take(self, n: int, disk: bool = False, step_follows: bool = True) -> None:
+        """Start snapshot ``n`` of every state array. ``step_follows``: step ``n`` runs next, inside
+        ``begin_step``/``end_step``, and the copies may leave out what it overwrites unread."""
+        with self._lock:
+            self._purge()
+            snap: dict[int, Saved] = {}
+            for k, ref in list(self._roots.items()):
+                r = ref()
+                if r is None:
+                    continue
+                hole = self._predicted.get(k) if step_follows else None
+                snap[k] = self._start(r, hole, disk)
+                if hole is not None:
+                    self._unsettled.add(k)
+            self.held[n] = snap
+            if disk:
+                self.on_disk.add(n)
+            if step_follows:
+                self._owed = n
+
+    def begin_step(self) -> None:
+        self._read, self._touched, self._blind = set(), set(), False
+        self._thread = threading.get_ident()
+
+    def end_step(self) -> None:
+        """The step after a snapshot has run: what it never wrote is copied whole."""
+        with self._lock:
+            self._purge()
+            n, self._owed = self._owed, None
+            if n is not None and n in self.held:
+                for k in list(self._unsettled):
+                    ref = self._roots.get(k)
+                    r = ref() if ref is not None else None
+                    if r is not None:
+                        self._replace(n, k, r, None)
+                        self._predicted[k] = None
+                for k, hole in self._trims.items():
+                    self._trim(n, k, hole)
+            self._unsettled.clear()
+            self._trims.clear()
+
+    def _trim(self, n: int, k: int, hole: Hole) -> None:
+        """Leave ``hole`` out of snapshot ``n``'s whole copy of root ``k`` (made before the step knew it)."""
+        saved = self.held[n].get(k)
+        if saved is None or saved.hole is not None or len(saved.shape) == 0:
+            return
+        whole = saved.data()
+        if not isinstance(whole, np.ndarray):
+            return
+        flat = np.asarray(whole).reshape(-1)
+        if not 0 <= hole[0] < hole[1] <= flat.size:
+            return
+        part = Saved(
+            _Copy(np.concatenate((flat[: hole[0]], flat[hole[1] :]))), saved.shape, saved.dtype, hole, 0
+        )
+        part.nbytes = part.copy.buffer.nbytes  # type: ignore[union-attr]
+        if n in self.on_disk:
+            self._to_disk(part, None)
+        self.held[n][k] = part
+        self._discard([saved])
+
+    def _replace(self, n: int, k: int, r: Any, hole: Hole | None) -> None:
+        """Snapshot ``n``'s copy of root ``k`` becomes one of ``r`` less ``hole`` (``r`` still unchanged)."""
+        old = self.held[n].get(k)
+        disk = n in self.on_disk
+        self.held[n][k] = self._start(r, hole, disk)
+        if old is not None:
+            self._discard([old])
+
+    def watch(self, rec: Any) -> None:
+        """Shown each record of the running step: anything but a launch of this thread may read anything."""
+        if threading.get_ident() != self._thread:
+            self._blind = True
+        rec = unguarded(rec)
+        if not isinstance(rec, LaunchRecord):
+            self._blind = True
+
+    def capture(self, targets: list[Any], access: Any) -> None:
+        """Observer of writes: before ``targets`` change, copies reading them are done, new state arrays
+        join every held snapshot, and the running step's snapshot gets what this first write reads."""
+        with self._lock:
+            self._purge()
+            if not isinstance(access, LaunchAccess) or threading.get_ident() != self._thread:
+                self._blind = True
+                holes: dict[int, Hole] = {}
+            else:
+                holes = self._launch_holes(access)
+            for a in targets:
+                r = _root(a)
+                k = id(r)
+                if not self._known(r):
+                    self._join(r, holes.get(k))
+                elif self._owed is not None and k not in self._touched:
+                    self._first_write(k, r, holes.get(k))
+                self._touched.add(k)
+                self._before_write(r)
+
+    def _first_write(self, k: int, r: Any, actual: Hole | None) -> None:
+        """The running step's first write to state array ``r``, which leaves ``actual`` unread: its snapshot
+        must hold the rest. A copy that guessed a larger hole is made again now, before the write."""
+        saved = self.held[self._owed][k]  # type: ignore[index]
+        if k in self._unsettled:
+            self._unsettled.discard(k)
+            if not _covers(actual, saved.hole):
+                self._replace(self._owed, k, r, actual)  # type: ignore[arg-type]
+        elif actual is not None and saved.hole is None:
+            self._trims[k] = actual
+        self._predicted[k] = actual
+
+    def _launch_holes(self, access: LaunchAccess) -> dict[int, Hole]:
+        """The ranges of state arrays that this launch, their first touch in the step, overwrites unread."""
+        variant, args = access.variant, access.args
+        for p in variant.loaded:  # reads first: a launch may read and overwrite views of one array
+            self._read.add(id(_root(args[p])))
+        if self._blind:
+            return {}
+        holes: dict[int, Hole] = {}
+        for p in sorted(variant.stored - variant.loaded):
+            k = id(_root(args[p]))
+            if k in self._read or k in holes:
+                continue
+            where = span(args[p], variant.overwrites.get(p), access.n)
+            if where is None:
+                self._read.add(k)  # written in a way pad cannot bound (a[j] += v counts as a read)
+            else:
+                holes[k] = where
+        for k in holes:
+            self._read.add(k)  # later writes in the step are not first touches
+        return holes
+
+    def _join(self, r: Any, hole: Hole | None) -> None:
+        """``r`` is first overwritten now: every held snapshot gets its current value."""
+        k = id(r)
+        try:
+            self._roots[k] = weakref.ref(r, self._forget(k))
+        except TypeError:  # an array type without weak references: not state (as before)
+            return
+        self._predicted[k] = hole if self._owed is not None else None
+        self._touched.add(k)
+        shared: dict[bool, Saved] = {}
+        for n, snap in self.held.items():
+            if n == self._owed:
+                snap[k] = self._start(r, hole, n in self.on_disk)
+                continue
+            disk = n in self.on_disk
+            if disk not in shared:
+                shared[disk] = self._start(r, None, disk)
+            snap[k] = shared[disk]
+
+    def adopt(self, r: Any) -> None:
+        """Make ``r`` a state array (a resumed run's, before its steps announce it)."""
+        if not self._known(r):
+            self._roots[id(r)] = weakref.ref(r, self._forget(id(r)))
+
+    def put(self, n: int, r: Any, data: np.ndarray, hole: Hole | None) -> None:
+        """Give snapshot ``n`` the saved ``data`` of state array ``r`` (a resumed run's)."""
+        value = data if isinstance(r, np.ndarray) else arrays.like(r, data)
+        self.held.setdefault(n, {})[id(r)] = Saved(_Copy(value), r.shape, r.dtype, hole, int(value.nbytes))
+
+    def holds(self, n: int) -> bool:
+        return n in self.held
+
+    def positions(self) -> list[int]:
+        return sorted(k for k in self.held if k >= 0)
+
+    def restore(self, n: int, drop: bool) -> None:
+        """Put the state back as it was at step ``n`` (and forget that snapshot if ``drop``)."""
+        with self._lock:
+            self._purge()
+            snap = self.held[n]
+            pairs = [
+                (self._ctx.writable(r), snap[k])  # arrays under differentiation are read-only to the program
+                for k, ref in list(self._roots.items())
+                if (r := ref()) is not None and k in snap
+            ]
+        for r, saved in pairs:
+            if tuple(r.shape) != saved.shape:
+                raise ValueError(
+                    f"pad.checkpoint: an array of the loop state changed shape from {saved.shape} to "
+                    f"{r.shape}; a checkpointed step must keep the shapes of its arrays"
+                )
+        self._ctx.will_write([r for r, _ in pairs])
+        for r, saved in pairs:
+            saved.restore_into(r)
+        if drop:
+            self.drop(n)
+
+    def drop(self, n: int) -> None:
+        with self._lock:
+            self.on_disk.discard(n)
+            self._discard(list(self.held.pop(n).values()))
+
+    def _discard(self, saved: list[Saved]) -> None:
+        """Free copies no held snapshot shares any more (their files too)."""
+        held = {id(s) for snap in self.held.values() for s in snap.values()}
+        for s in saved:
+            if id(s) in held:
+                continue
+            if s.path is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.remove(s.path)
+            elif s.copy is not None:
+                buffer = s.copy.result()
+                for copies in self._inflight.values():
+                    if s.copy in copies:
+                        copies.remove(s.copy)
+                self._copier.recycle(buffer)
+
+    @contextlib.contextmanager
+    def preserved(self) -> Iterator[None]:
+        """Put the state back as it is now when the block ends (the reverse pass leaves primals as found)."""
+        final = -1
+        self.take(final, step_follows=False)
+        yield
+        self.restore(final, drop=True)
+
+    # -- accounting ----------------------------------------------------------------------------------
+    def spare_bytes(self) -> int:
+        return self._copier.spare_bytes()
+
+    def memory_bytes(self) -> int:
+        """Bytes the snapshots (the final state's copy included) hold in memory, and spare buffers."""
+        with self._lock:
+            unique = {
+                id(s): s.nbytes
+                for n, snap in self.held.items()
+                if n not in self.on_disk
+                for s in snap.values()
+            }
+        return sum(unique.values()) + self._copier.spare_bytes()
+
+    def snapshot_bytes(self) -> int:
+        """Bytes of the snapshots of steps (the final state's copy left out), in memory and on disk."""
+        with self._lock:
+            unique = {id(s): s.nbytes for n, snap in self.held.items() if n >= 0 for s in snap.values()}
+        return sum(unique.values())
+
+    def largest_snapshot(self) -> int:
+        """Bytes of the largest snapshot of a step held now, or of one taken now (what the state arrays
+        known so far less what their first touches left unread last time), if larger."""
+        with self._lock:
+            sizes = [sum(s.nbytes for s in snap.values()) for n, snap in self.held.items() if n >= 0]
+            now = 0
+            for k, ref in list(self._roots.items()):
+                r, hole = ref(), self._predicted.get(k)
+                if r is not None:
+                    now += r.nbytes - (0 if hole is None else (hole[1] - hole[0]) * r.itemsize)
+        return max([*sizes, now])
+
+    def disk_bytes(self) -> int:
+        with self._lock:
+            unique = {
+                id(s): s.nbytes for n, snap in self.held.items() if n in self.on_disk for s in snap.values()
+            }
+        return sum(unique.values())
+
+    def close(self) -> None:
+        """Wait for the copies in flight and let every snapshot go."""
+        with self._lock:
+            for copies in self._inflight.values():
+                for c in copies:
+                    with contextlib.suppress(Exception):
+                        c.result()
+            self._inflight.clear()
+            for n in list(self.held):
+                self.drop(n)
+        self._copier.close()
