@@ -195,8 +195,8 @@ def warm_up(run: Callable[[int], float], seconds: float = GPU_WARM_S) -> None:
     """Call ``run(k)`` for k = 1, 2, 4, ... until ``seconds`` have passed; ``run`` returns the seconds it took,
     the same on every rank (the slowest rank's), so that every rank takes the same turns.
 
-    A GPU raises its clocks only under load: LULESH -s 60 on an H100 took 0.38-0.61 s for its first 100 cycles
-    after a one-cycle warm-up and 0.21 s afterwards, which made its ratios of gradient to primal vary 2x.
+    A GPU raises its clocks only under load: without a warm-up, ratios of gradient to primal time vary
+    (docs/benchmarks.md, "In the code").
     """
     spent, k = 0.0, 1
     while spent < seconds:
@@ -308,7 +308,7 @@ class Memory:
             gpu = self.gpu = gpu_for(local_rank(comm), cupy.cuda.runtime.getDeviceCount())
             card = cupy.cuda.Device(gpu)
             card.use()
-            from pad.kernel.cuda_runtime import cuda
+            from numba import cuda  # after pad's NumPy shim (pad.arrays), as every pad import
 
             cuda.select_device(gpu)  # numba's CUDA target on the same device
         except Exception as exc:  # no driver or device, or a CuPy or numba-cuda that cannot use it
@@ -330,7 +330,7 @@ class Memory:
     def put(self, a: np.ndarray) -> Any:
         """``a`` in this memory."""
         if self.module is None:
-            from pad.kernel.cuda_runtime import cuda  # numba.cuda, imported after pad's NumPy 2.5 shim
+            from numba import cuda  # after pad's NumPy shim (pad.arrays), as every pad import
 
             return cuda.to_device(np.ascontiguousarray(a))
         return self.module.asarray(a)

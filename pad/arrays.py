@@ -13,6 +13,9 @@ from typing import Any
 import numpy as np
 from numba import njit, prange
 
+if not hasattr(np, "row_stack"):  # numba-cuda 0.30 still calls np.row_stack, which NumPy 2.5 removed
+    np.row_stack = np.vstack  # type: ignore[attr-defined]
+
 
 def is_device(a: Any) -> bool:
     """Whether ``a`` is a GPU array (it exposes ``__cuda_array_interface__``, or is the CUDA simulator's)."""

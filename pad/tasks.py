@@ -209,6 +209,13 @@ def _base(a: Any) -> Any:
     return a
 
 
+def unguarded(rec: Any) -> Any:
+    """The record that ``rec`` guards with locks, if it is such a guard (else ``rec``)."""
+    while isinstance(rec, _Guarded):
+        rec = rec.rec
+    return rec
+
+
 class _Guarded:
     """A record whose adjoint runs holding the locks of the shadows its operation touched."""
 

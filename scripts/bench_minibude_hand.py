@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from apps.minibude.deck import find_deck, read_deck
     from apps.minibude.driver import Docking
-    from pad.parallel.gpu import _lanes_per_index
+    from pad.parallel.gpu import lanes_per_index
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("deck", nargs="?", default="bm1", help="deck directory, or bm1 (default)")
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     deck = read_deck(find_deck(args.deck))
     dock = Docking(deck, ppwi=POSES, device="gpu")
     n = dock.poses.shape[1]
-    lanes = args.lanes or _lanes_per_index(-(-n // POSES))
+    lanes = args.lanes or lanes_per_index(-(-n // POSES))
 
     def timed(f: Any) -> float:
         """Seconds per call, timed as the app times its own (``Docking.timed``: after a warm-up)."""

@@ -31,7 +31,7 @@ import numpy as np
 
 from pad import arrays, tape
 from pad.parallel import LaunchAccess, LaunchRecord
-from pad.tasks import _Guarded
+from pad.tasks import unguarded
 
 Hole = tuple[int, int]
 
@@ -367,8 +367,7 @@ class Store:
         """Shown each record of the running step: anything but a launch of this thread may read anything."""
         if threading.get_ident() != self._thread:
             self._blind = True
-        while isinstance(rec, _Guarded):
-            rec = rec.rec
+        rec = unguarded(rec)
         if not isinstance(rec, LaunchRecord):
             self._blind = True
 

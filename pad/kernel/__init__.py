@@ -17,7 +17,8 @@ from pad.annotations import Active, Const, Dup
 from pad.kernel import checks
 from pad.kernel.checks import debug
 from pad.kernel.compiler import MODES, Variant, build
-from pad.kernel.frontend import KernelSyntaxError, Source, kind_of_value
+from pad.kernel.frontend import Source, kind_of_value
+from pad.kernel.ir import KernelSyntaxError
 
 __all__ = ["Func", "Kernel", "KernelSyntaxError", "Variant", "debug", "func", "kernel", "local_array", "show"]
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pad.kernel.frontend import ArrayKind, KernelSyntaxError, Kind, scalar_type
 from pad.kernel.ir import (
+    ArrayKind,
     Assign,
     Break,
     Call,
@@ -18,6 +18,8 @@ from pad.kernel.ir import (
     Fill,
     For,
     If,
+    KernelSyntaxError,
+    Kind,
     Lit,
     LocalArray,
     Name,
@@ -33,8 +35,10 @@ from pad.kernel.ir import (
     loaded_arrays,
     map_blocks,
     names_in,
+    scalar_type,
     walk,
 )
+from pad.kernel.names import PRIVATE
 from pad.kernel.rules import BITWISE, RULES
 
 FLOATS = ("f4", "f8")
@@ -673,8 +677,8 @@ def _assigned_in(stmts: list[Stmt]) -> set[str]:
 def carried_sums(loop: For) -> set[str] | None:
     """The scalars ``loop`` carries from one iteration to the next if all are pure accumulators, else None.
 
-    A pure accumulator is assigned only by updates ``v = v + w`` or ``v = v - w`` (directly, or through one
-    temporary each: ``t = v + w; v = t``), as many as the body has, and read nowhere else in the body: its
+    A pure accumulator is assigned only by updates ``v = v + w`` or ``v = v - w`` (directly, as a copy of
+    one, or through one temporary each: ``t = v + w; v = t``), as many as the body has, and read nowhere else in the body: its
     final value is the sum of the iterations' terms, in any order.
     """
     carried = liveness(loop.body, set(), prune=False)[1] & assigned(loop.body)
@@ -685,20 +689,15 @@ def carried_sums(loop: For) -> set[str] | None:
     reads = Counter(n for x in walk(loop.body) for e in exprs_of(x) for n in names_in(e))
     for v in carried:
         for update in defs.get(v, []):
-            step: Assign | None = update
             value = update.value
-            t = value.args[0] if isinstance(value, Call) and value.op == "copy" else value
+            t: Expr | None = value.args[0] if isinstance(value, Call) and value.op == "copy" else value
             if isinstance(t, Name):  # through a temporary, assigned once and read only here
                 temp = defs.get(t.id, [])
-                step = temp[0] if len(temp) == 1 and reads[t.id] == 1 else None
+                t = temp[0].value if len(temp) == 1 and reads[t.id] == 1 else None
             if not (
-                step is not None
-                and isinstance(step.value, Call)
-                and step.value.op in ("add", "sub")
-                and (
-                    step.value.args[0] == Name(v)
-                    or (step.value.op == "add" and step.value.args[1] == Name(v))
-                )
+                isinstance(t, Call)
+                and t.op in ("add", "sub")
+                and (t.args[0] == Name(v) or (t.op == "add" and t.args[1] == Name(v)))
             ):
                 return None
         if not defs.get(v) or reads[v] != len(defs[v]):
@@ -806,3 +805,12 @@ def running_extremes(loop: For) -> list[Extreme] | None:
     if any(x.e not in made or x.e in ms for x in found):
         return None
     return found
+
+
+def uniform_add_names(s: Stmt | None, varying: set[str]) -> frozenset[str] | None:
+    """For ``_pv<x>[j] += v`` (a shared-index accumulation) with ``j`` uniform across threads: the variables
+    in ``j``; else None. GPU code aggregates such adds over a warp."""
+    if not (isinstance(s, Store) and s.accumulate and s.array.startswith(PRIVATE)):
+        return None
+    names = frozenset(n for x in s.index for n in names_in(x))
+    return None if names & varying else names

@@ -20,6 +20,8 @@ import warnings
 from types import TracebackType
 from typing import Any
 
+from pad.kernel.names import ADJOINT, PRIVATE, TANGENT
+
 _state = {"on": os.environ.get("PAD_DEBUG", "") not in ("", "0")}
 
 
@@ -54,12 +56,12 @@ def gpu_unchecked() -> None:
         )
 
 
-_PREFIXES = {"_b_": "the adjoint of ", "_d_": "the tangent of "}
+_PREFIXES = {ADJOINT: "the adjoint of ", TANGENT: "the tangent of "}
 
 
 def _array(name: str) -> str:
     """How the user knows a generated array: ``_b_x`` is the adjoint of ``x``; private buffers are their array."""
-    name = name.removeprefix("_pv")
+    name = name.removeprefix(PRIVATE)
     for prefix, words in _PREFIXES.items():
         if name.startswith(prefix):
             return words + _array(name[len(prefix) :])

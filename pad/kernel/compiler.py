@@ -18,7 +18,6 @@ from typing import Any
 
 from pad.kernel import inspector, runtime
 from pad.kernel.analysis import (
-    NO_DEFINITIONS,
     Activity,
     Definitions,
     activity,
@@ -35,21 +34,19 @@ from pad.kernel.emit import (
     CUDA_MODULE_HEADER,
     MODULE_HEADER,
     Launcher,
-    base_name,
+    Printer,
     cuda_kernel_source,
-    element_type,
     launch_offsets,
     launcher_source,
-    uniform_add_names,
 )
-from pad.kernel.frontend import ArrayKind, Kind, Lowered, lower_kernel
+from pad.kernel.frontend import Lowered, lower_kernel
 from pad.kernel.inspector import Inspector
 from pad.kernel.ir import (
+    ArrayKind,
     Assign,
     Elem,
     For,
-    If,
-    Lit,
+    Kind,
     LocalArray,
     Name,
     Pop,
@@ -58,17 +55,29 @@ from pad.kernel.ir import (
     Store,
     While,
     assigned,
-    call,
     exprs_of,
     loaded_arrays,
-    map_blocks,
     names_in,
+    rewrite,
     stored_arrays,
+    substitute,
     walk,
 )
+from pad.kernel.names import (
+    ACTIVE_SCALARS,
+    ADJOINT,
+    adj,
+    buffer,
+    private,
+    readable,
+    rename,
+    tan,
+    unbuffer,
+)
+from pad.kernel.optimize import converge, privatize, promote, read_first, sink, tidy
 from pad.kernel.races import racing_store
-from pad.kernel.reverse import Reverse, adj, private
-from pad.kernel.tangent import Tangent, tan
+from pad.kernel.reverse import Reverse
+from pad.kernel.tangent import Tangent
 
 MODES = ("primal", "tangent", "adjoint", "fused")  # fused: the adjoint that also makes the primal outputs
 
@@ -94,8 +103,8 @@ class Variant:
     shares_loops: bool = False  # CUDA: lanes of a group share the sum loops; the kernel takes ``_G``
     depth_launcher: Any = None
     # CUDA adjoints: positions of the active arrays stored once per index at ``i + offset`` and never read ->
-    # offset. Their seeds, read once each, are zeroed by the runner after the kernel, not in it (on an H100 a
-    # kernel that reads a seed and zeroes it took 5x as long as reading it and zeroing the range apart). CPU
+    # offset. Their seeds, read once each, are zeroed by the runner after the kernel, not in it (a kernel
+    # that reads a seed and zeroes it is slower than both apart: docs/benchmarks.md, "In the code"). CPU
     # launchers zero them themselves, a block of indices at a time (``Launcher.clears``).
     clears: dict[int, int] = field(default_factory=dict)
     # CPU: every private accumulation is at launch index + c, |c| <= halo: blocks of at least 2 * halo indices
@@ -118,6 +127,46 @@ def cache_dir() -> Path:
     return path
 
 
+@dataclass
+class Analysed:
+    """A kernel lowered for one signature and analysed: what every mode and target builds on."""
+
+    low: Lowered
+    kernel: str  # the kernel's name
+    types: dict[str, str]
+    act: Activity
+    defs: Definitions  # what index ownership may look through
+    reduced: set[str]  # arrays accumulated into at shared indices
+    race: str  # racing_store's message, or ''
+    loaded: set[str]  # arrays read
+    stored: set[str]  # arrays written
+    overwrites: dict[str, int]  # overwritten_arrays
+    active_arrays: list[int]  # argument positions
+    active_scalars: list[int]
+
+    @property
+    def launch_index(self) -> str:
+        return self.low.params[0]
+
+    @property
+    def params(self) -> list[str]:
+        return self.low.params[1:]
+
+    def positions(self, names: set[str]) -> set[int]:
+        return {k for k, p in enumerate(self.params) if p in names}
+
+
+@dataclass
+class Transformed:
+    """One mode's body for one launch index, and what its launcher takes besides the kernel's arguments."""
+
+    body: list[Stmt]
+    launcher: Launcher
+    privates: list[tuple[str, int]]  # ("primal"|"shadow", position) per private buffer
+    rev: Reverse | None = None
+    init: list[str] = field(default_factory=list)  # scalars starting each launch index at zero
+
+
 def build(
     fn: Callable[..., Any],
     kinds: list[Kind],
@@ -127,65 +176,109 @@ def build(
     target: str = "cpu",
     checked: bool = False,
 ) -> Variant:
-    """Lower, transform, print, compile (lazily, on first call) one variant of kernel ``fn`` for ``target``;
-    ``checked``: every array access bounds-checked (``pad.kernel.checks``)."""
+    """Lower and analyse, transform for ``mode``, optimize, print for ``target``, compile (lazily, on first
+    call) one variant of kernel ``fn``; ``checked``: every array access bounds-checked (``pad.kernel.checks``)."""
+    k = analyse(fn, kinds, active)
+    name = f"{fn.__name__}_{mode}" + ("_cuda" if target == "cuda" else "")
+    launcher = Launcher(name, list(k.params), filename=k.low.filename)
+    launcher.locals = [s for s in walk(k.low.body) if isinstance(s, LocalArray)]
+    # The arrays a CPU launcher privatizes: reduced into (primal, tangent), or read at shared indices (adjoint).
+    touched = k.reduced if mode in ("primal", "tangent") else _shared_reads(k) - k.stored
+    inspecting = (
+        inspector.build(
+            f"{name}_inspect", k.low.body, k.launch_index, k.params, k.low.kinds, k.types, touched
+        )
+        if target == "cpu" and touched
+        else None
+    )
+    transform = {"primal": _primal, "tangent": _tangent, "adjoint": _adjoint, "fused": _adjoint}[mode]
+    t = transform(k, launcher, touched, mode == "fused")
+    t.body = promote(t.body, k.low.namer, k.types, k.low.kinds)
+    variant = _variant(k, t, mode, target, checked)
+    origin = f"{k.low.filename}:{fn.__name__} ({mode}, {target}{', PAD_DEBUG' if checked else ''})"
+    if target == "cpu":
+        _cpu(k, t, variant, origin, fastmath, checked)
+    else:
+        _cuda(k, t, variant, origin, fastmath, checked)
+    variant.launcher = _load(name, variant.source)
+    if inspecting is not None and variant.privates:
+        variant.inspector, text = inspecting
+        variant.inspector.function = _load(
+            f"{name}_inspect", f"# Generated by pad from {origin}: its inspector.\n" + text
+        )
+    return variant
+
+
+def analyse(fn: Callable[..., Any], kinds: list[Kind], active: tuple[bool, ...]) -> Analysed:
+    """Lower ``fn`` for argument ``kinds``, type it, and find what is active (``active``: per argument),
+    reduced into, loaded and stored."""
     low = lower_kernel(fn, kinds)
     launch_index, params = low.params[0], low.params[1:]
     low.body, types = infer_types(low.body, low.kinds)
     check_types(low.body, types, low.kinds, low.filename)
     active_inputs = {p for p, a in zip(params, active, strict=True) if a}
     act = useful(low.body, activity(low.body, types, active_inputs, low.kinds), low.kinds)
-    defs = definitions(low.body, launch_index, low.kinds)  # what index ownership may look through
-    reduced = reduced_arrays(low.body, launch_index, low.kinds, low.filename, defs)
-    race = racing_store(low.body, launch_index, low.kinds, low.filename, defs, fn.__name__)
+    defs = definitions(low.body, launch_index, low.kinds)
     arrays = [k for k, p in enumerate(params) if isinstance(low.kinds[p], ArrayKind)]
-    loaded_names, stored_names = loaded_arrays(low.body), stored_arrays(low.body)
-    overwrites = overwritten_arrays(low.body, launch_index, low.kinds)
-    active_arrays = [k for k in arrays if active[k]]
-    active_scalars = [k for k, p in enumerate(params) if active[k] and k not in arrays]
-    name = f"{fn.__name__}_{mode}" + ("_cuda" if target == "cuda" else "")
-    launcher = Launcher(name, list(params))
-    rev: Reverse | None = None
-    primal_privates = [("primal", params.index(a)) for a in sorted(reduced)]
-    locals_ = [s for s in walk(low.body) if isinstance(s, LocalArray)]
-    init: list[str] = []
-    # The arrays a CPU launcher privatizes: reduced into (primal, tangent), or read at shared indices (adjoint).
-    if mode in ("primal", "tangent"):
-        touched = reduced
-    else:
-        touched = _shared_reads(low.body, act, launch_index, defs) - stored_names
-    inspecting = (
-        inspector.build(f"{name}_inspect", low.body, launch_index, params, low.kinds, types, touched)
-        if target == "cpu" and touched
-        else None
+    return Analysed(
+        low=low,
+        kernel=fn.__name__,
+        types=types,
+        act=act,
+        defs=defs,
+        reduced=reduced_arrays(low.body, launch_index, low.kinds, low.filename, defs),
+        race=racing_store(low.body, launch_index, low.kinds, low.filename, defs, fn.__name__),
+        loaded=loaded_arrays(low.body),
+        stored=stored_arrays(low.body),
+        overwrites=overwritten_arrays(low.body, launch_index, low.kinds),
+        active_arrays=[k for k in arrays if active[k]],
+        active_scalars=[k for k, p in enumerate(params) if active[k] and k not in arrays],
     )
-    if mode == "primal":
-        body = _privatize(low.body, reduced, launch_index, defs)
-        privates = primal_privates
-    elif mode == "tangent":
-        tangent = Tangent(act, launch_index, reduced, defs).block(low.body)
-        body = _privatize(tangent, reduced, launch_index, defs)
-        launcher.extras += [tan(params[k]) for k in active_arrays + active_scalars]
-        privates = primal_privates + [("shadow", params.index(a)) for a in sorted(reduced) if a in act.arrays]
-        locals_ += [LocalArray(tan(s.target), s.shape, s.dtype) for s in locals_ if s.target in act.arrays]
-    else:
-        shared = touched
-        rev = Reverse(low.body, low.kinds, types, act, launch_index, low.namer, shared, defs)
-        rev.fused = mode == "fused"
-        rev.cleared = frozenset(a for a in overwrites if a in act.arrays)
-        launcher.clears = [(adj(a), overwrites[a]) for a in sorted(rev.cleared)]
-        live_out = {adj(params[k]) for k in active_scalars}
-        body = rev.sweep(live_out, droppable=set(params) - loaded_names)
-        launcher.extras += [adj(params[k]) for k in active_arrays]
-        privates = [("shadow", params.index(a)) for a in sorted(shared)]
-        launcher.accumulators = [adj(params[k]) for k in active_scalars]
-        locals_ += [LocalArray(adj(s.target), s.shape, s.dtype) for s in locals_ if s.target in act.arrays]
-        init = sorted((_scalars_in(body) | set(launcher.accumulators)) - set(low.params))
-    body = _promote(body, low.namer, types, low.kinds)
-    if target == "cuda":
-        privates = []  # a CUDA thread accumulates into shared elements atomically, not into a copy
-    buffers = [_buffer(kind, params[pos], mode) for kind, pos in privates]
-    halo = _halo(body, launch_index, buffers) if target == "cpu" else 0
+
+
+def _primal(k: Analysed, launcher: Launcher, touched: set[str], fused: bool) -> Transformed:
+    """The kernel itself; its accumulations at shared indices into private buffers."""
+    body = privatize(k.low.body, k.reduced, k.launch_index, k.defs)
+    return Transformed(body, launcher, [("primal", k.params.index(a)) for a in sorted(k.reduced)])
+
+
+def _tangent(k: Analysed, launcher: Launcher, touched: set[str], fused: bool) -> Transformed:
+    """Each statement followed by its tangent (``tangent.py``); tangents take the arrays' privates too."""
+    tangent = Tangent(k.act, k.launch_index, k.reduced, k.defs).block(k.low.body)
+    launcher.extras += [tan(k.params[p]) for p in k.active_arrays + k.active_scalars]
+    active_locals = [s for s in launcher.locals if s.target in k.act.arrays]
+    launcher.locals += [LocalArray(tan(s.target), s.shape, s.dtype) for s in active_locals]
+    privates = [("primal", k.params.index(a)) for a in sorted(k.reduced)]
+    privates += [("shadow", k.params.index(a)) for a in sorted(k.reduced) if a in k.act.arrays]
+    return Transformed(privatize(tangent, k.reduced, k.launch_index, k.defs), launcher, privates)
+
+
+def _adjoint(k: Analysed, launcher: Launcher, touched: set[str], fused: bool) -> Transformed:
+    """The forward sweep and the adjoint sweep (``reverse.py``); adjoints of arrays read at shared indices
+    accumulate into private buffers, those of active scalars into per-chunk sums. ``fused``: the primal's
+    outputs are made too."""
+    rev = Reverse(k.low.body, k.low.kinds, k.types, k.act, k.launch_index, k.low.namer, touched, k.defs)
+    rev.fused = fused
+    rev.cleared = frozenset(a for a in k.overwrites if a in k.act.arrays)
+    launcher.clears = [(adj(a), k.overwrites[a]) for a in sorted(rev.cleared)]
+    live_out = {adj(k.params[p]) for p in k.active_scalars}
+    body = rev.sweep(live_out, droppable=set(k.params) - k.loaded)
+    launcher.extras += [adj(k.params[p]) for p in k.active_arrays]
+    launcher.accumulators = [adj(k.params[p]) for p in k.active_scalars]
+    active_locals = [s for s in launcher.locals if s.target in k.act.arrays]
+    launcher.locals += [LocalArray(adj(s.target), s.shape, s.dtype) for s in active_locals]
+    init = sorted((_scalars_in(body) | set(launcher.accumulators)) - set(k.low.params))
+    launcher.stack = rev.static_depth()
+    privates = [("shadow", k.params.index(a)) for a in sorted(touched)]
+    return Transformed(body, launcher, privates, rev, init)
+
+
+def _variant(k: Analysed, t: Transformed, mode: str, target: str, checked: bool) -> Variant:
+    """What the runner of ``t``'s launcher passes and keeps; the launcher's buffers and sums."""
+    launcher, rev = t.launcher, t.rev
+    privates = [] if target == "cuda" else t.privates  # a CUDA thread adds to shared elements atomically
+    buffers = [_buffer(kind, k.params[pos], mode) for kind, pos in privates]
+    halo = _halo(t.body, k.launch_index, buffers) if target == "cpu" else 0
     if halo:
         privates, launcher.direct = [], True
     else:
@@ -194,195 +287,84 @@ def build(
     launcher.planned = bool(buffers or launcher.accumulators) and target == "cpu"
     launcher.privates = buffers
     if launcher.accumulators:
-        launcher.extras.append("_act")
-    launcher.locals = locals_
-    origin = f"{low.filename}:{fn.__name__} ({mode}, {target}{', PAD_DEBUG' if checked else ''})"
-    index = {p: k for k, p in enumerate(params)}
-    gpu_clears = {index[a]: overwrites[a] for a in rev.cleared} if rev and target == "cuda" else {}
-    variant = Variant(
-        "adjoint" if mode == "fused" else mode,
-        "",
-        _no_launcher,
-        active_arrays,
-        active_scalars,
-        {index[a] for a in loaded_names if a in index},
-        {index[a] for a in stored_names if a in index},
-        privates,
-        {index[a]: c for a, c in overwrites.items() if a in index},
-        target,
-        fn.__name__,
+        launcher.extras.append(ACTIVE_SCALARS)
+    overwrites = {p: k.overwrites[a] for p, a in enumerate(k.params) if a in k.overwrites}
+    return Variant(
+        mode="adjoint" if mode == "fused" else mode,
+        source="",
+        launcher=_no_launcher,
+        active_arrays=k.active_arrays,
+        active_scalars=k.active_scalars,
+        loaded=k.positions(k.loaded),
+        stored=k.positions(k.stored),
+        privates=privates,
+        overwrites=overwrites,
+        target=target,
+        kernel=k.kernel,
         # A fused launch makes every output: its outputs are not read, and no output is reduced into.
-        fuses=bool(rev and rev.moved) and not (stored_names & loaded_names) and not reduced,
+        fuses=bool(rev and rev.moved) and not (k.stored & k.loaded) and not k.reduced,
         halo=halo,
-        clears=gpu_clears,
-        race=race,
+        clears={p: c for p, c in overwrites.items() if rev and k.params[p] in rev.cleared}
+        if target == "cuda"
+        else {},
+        race=k.race,
+        sites=[] if checked else None,
+        filename=k.low.filename if checked else "",
     )
-    launcher.stack = rev.static_depth() if rev is not None else None
-    if checked:
-        variant.sites, variant.filename = [], low.filename
-    if target == "cpu":
-        imports = "checked, digamma, grown" if checked else "digamma, grown"
-        variant.source = MODULE_HEADER.format(origin=origin, imports=imports) + launcher_source(
-            launcher, launch_index, body, types, low.kinds, init, fastmath, variant.sites
-        )
-    else:
-        written = stored_names & set(params)
-        uniform_adds = varying(body, launch_index, written)
-        body = _converge(body, uniform_adds, low.namer, types, low.kinds)
-        body = _sink(body, uniform_adds, low.namer, types, low.kinds)
-        source, variant.shares_loops = cuda_kernel_source(
-            launcher,
-            launch_index,
-            body,
-            types,
-            low.kinds,
-            init,
-            fastmath,
-            varying(body, launch_index, written),
-            adjoint=rev is not None,
-            sites=variant.sites,
-        )
-        imports = "\n    checked," if checked else ""
-        variant.source = CUDA_MODULE_HEADER.format(origin=origin, imports=imports) + source
-        pushes = [s for s in walk(body) if isinstance(s, Push)]
-        variant.tape_slots = len(pushes) if launcher.stack is None else launcher.stack
-        if rev is not None and pushes and launcher.stack is None and _pushes_in_loops(body):
-            variant.depth_launcher = _depth_kernel(rev, fn.__name__, launcher, launch_index, origin, fastmath)
-    variant.launcher = _load(name, variant.source)
-    if inspecting is not None and privates:
-        variant.inspector, text = inspecting
-        variant.inspector.function = _load(
-            f"{name}_inspect", f"# Generated by pad from {origin}: its inspector.\n" + text
-        )
-    return variant
 
 
-def _promote(stmts: list[Stmt], namer: Any, types: dict[str, str], kinds: dict[str, Kind]) -> list[Stmt]:
-    """Accumulate ``x[e] += v`` inside a loop in a scalar when ``e`` does not change in the loop and the loop
-    never reads or overwrites ``x``; add the scalar to ``x[e]`` once after the loop.
-
-    Typical in adjoints: ``dq[i] += ...`` for every partner ``j`` of ``i``. One memory update (on GPUs one
-    atomic) per loop instead of one per iteration.
-    """
-    out: list[Stmt] = []
-    for s in stmts:
-        s = map_blocks(s, lambda b: _promote(b, namer, types, kinds))
-        if not isinstance(s, (For, While)):
-            out.append(s)
-            continue
-        code = [*s.body, *(s.test if isinstance(s, While) else [])]
-        changing = assigned(code) | ({s.var} if isinstance(s, For) else set())
-        touched = loaded_arrays(code) | {
-            x.array for x in walk(code) if isinstance(x, Store) and not x.accumulate
-        }
-        sums: dict[tuple, str] = {}
-        body = _scalarize(s.body, changing, touched, sums, namer, types, kinds)
-        loop = (
-            For(s.var, s.start, s.stop, s.step, body, line=s.line)
-            if isinstance(s, For)
-            else While(s.test, s.cond, body, line=s.line)
-        )
-        out += [Assign(t, Lit(0.0, typed=True), line=s.line) for t in sums.values()]
-        out.append(loop)
-        out += [Store(array, index, Name(t), True, line=s.line) for (array, index), t in sums.items()]
-    return out
+def _cpu(k: Analysed, t: Transformed, variant: Variant, origin: str, fastmath: bool, checked: bool) -> None:
+    """Print ``t`` as a CPU launcher (numba threads) into ``variant.source``."""
+    body, types, init = _readable(t.body, k.low, k.types, t.init, set(t.launcher.accumulators))
+    imports = "checked, digamma, grown" if checked else "digamma, grown"
+    variant.source = MODULE_HEADER.format(origin=origin, imports=imports) + launcher_source(
+        t.launcher, k.launch_index, body, types, k.low.kinds, init, fastmath, variant.sites
+    )
 
 
-def _scalarize(
-    block: list[Stmt],
-    changing: set[str],
-    touched: set[str],
-    sums: dict[tuple, str],
-    namer: Any,
-    types: dict[str, str],
-    kinds: dict[str, Kind],
-) -> list[Stmt]:
-    """``_promote``'s rewrite of one loop body: eligible accumulations go to the scalars in ``sums``."""
-    out: list[Stmt] = []
-    for x in block:
-        if not isinstance(x, Store):
-            out.append(map_blocks(x, lambda b: _scalarize(b, changing, touched, sums, namer, types, kinds)))
-            continue
-        names = {n for e in x.index for n in names_in(e)}
-        base = x.array.removeprefix("_pv")
-        kind = kinds.get(base_name(base))
-        if (
-            x.accumulate
-            and not (names & changing)
-            and not ({x.array, base} & touched)
-            and isinstance(kind, ArrayKind)
-            and not kind.local
-        ):
-            key = (x.array, x.index)
-            if key not in sums:
-                sums[key] = namer.fresh("sum")
-                types[sums[key]] = element_type(kind)
-            out.append(Assign(sums[key], call("add", Name(sums[key]), x.value), line=x.line))
-        else:
-            out.append(x)
-    return out
+def _cuda(k: Analysed, t: Transformed, variant: Variant, origin: str, fastmath: bool, checked: bool) -> None:
+    """Print ``t`` as a CUDA kernel into ``variant.source``: accumulations at indices uniform over a warp
+    gathered where the warp converges; the tape's size, or the kernel that bounds it."""
+    written = k.stored & set(k.params)
+    uniform_adds = varying(t.body, k.launch_index, written)
+    body = converge(t.body, uniform_adds, k.low.namer, k.types, k.low.kinds)
+    body = sink(body, uniform_adds, k.low.namer, k.types, k.low.kinds)
+    body, types, init = _readable(body, k.low, k.types, t.init, set(t.launcher.accumulators))
+    source, variant.shares_loops = cuda_kernel_source(
+        t.launcher,
+        k.launch_index,
+        body,
+        types,
+        k.low.kinds,
+        init,
+        fastmath,
+        varying(body, k.launch_index, written),
+        adjoint=t.rev is not None,
+        sites=variant.sites,
+    )
+    imports = "\n    checked," if checked else ""
+    variant.source = CUDA_MODULE_HEADER.format(origin=origin, imports=imports) + source
+    pushes = [s for s in walk(body) if isinstance(s, Push)]
+    stack = t.launcher.stack
+    variant.tape_slots = len(pushes) if stack is None else stack
+    if t.rev is not None and pushes and stack is None and _pushes_in_loops(body):
+        variant.depth_launcher = _depth_kernel(t.rev, k.kernel, t.launcher, k.launch_index, origin, fastmath)
 
 
-def _converge(
-    stmts: list[Stmt], var: set[str], namer: Any, types: dict[str, str], kinds: dict[str, Kind]
-) -> list[Stmt]:
-    """Move accumulations at uniform indices out of branches whose condition varies between threads.
-
-    Inside ``if c:`` with a thread-dependent ``c`` the warp is split, and a warp-aggregated atomic falls
-    back to one atomic per lane on the same address. So ``x[j] += v`` there becomes ``t = v`` (``t = 0``
-    before the branch) and ``x[j] += t`` after it, where every lane of the warp arrives together.
-    """
-    out: list[Stmt] = []
-    for s in stmts:
-        if isinstance(s, If) and any(n in var for n in names_in(s.cond)):
-            inside = assigned([s])
-            moved: list[tuple[str, Store]] = []
-
-            def strip(
-                block: list[Stmt], inside: set[str] = inside, moved: list[tuple[str, Store]] = moved
-            ) -> list[Stmt]:
-                kept: list[Stmt] = []
-                for x in block:
-                    names = uniform_add_names(x, var)
-                    if isinstance(x, Store) and names is not None and not (names & inside):
-                        t = namer.fresh("acc")
-                        types[t] = element_type(kinds[base_name(x.array)])
-                        moved.append((t, x))
-                        kept.append(Assign(t, x.value, line=x.line))
-                    elif isinstance(x, If):
-                        kept.append(If(x.cond, strip(x.body), strip(x.orelse), line=x.line))
-                    else:
-                        kept.append(map_blocks(x, lambda b: _converge(b, var, namer, types, kinds)))
-                return kept
-
-            body, orelse = strip(s.body), strip(s.orelse)
-            out += [Assign(t, Lit(0.0, typed=True), line=s.line) for t, _ in moved]
-            out.append(If(s.cond, body, orelse, line=s.line))
-            out += [Store(x.array, x.index, Name(t), True, line=x.line) for t, x in moved]
-        else:
-            out.append(map_blocks(s, lambda b: _converge(b, var, namer, types, kinds)))
-    return out
-
-
-def _sink(
-    stmts: list[Stmt], var: set[str], namer: Any, types: dict[str, str], kinds: dict[str, Kind]
-) -> list[Stmt]:
-    """Move accumulations at uniform indices to the end of their block (through a temporary), so adjacent
-    ones share one warp aggregation (``CudaPrinter.aggregated``). Accumulations commute; a store moves only
-    if its index variables keep their values to the end of the block."""
-    out: list[Stmt] = []
-    moved: list[Store] = []
-    for k, s in enumerate(stmts):
-        s = map_blocks(s, lambda b: _sink(b, var, namer, types, kinds))
-        names = uniform_add_names(s, var)
-        if isinstance(s, Store) and names is not None and not (names & assigned(stmts[k + 1 :])):
-            t = namer.fresh("add")
-            types[t] = element_type(kinds[base_name(s.array)])
-            out.append(Assign(t, s.value, line=s.line))
-            moved.append(Store(s.array, s.index, Name(t), True, line=s.line))
-        else:
-            out.append(s)
-    return out + moved
+def _readable(
+    body: list[Stmt], low: Lowered, types: dict[str, str], init: list[str], keep: set[str]
+) -> tuple[list[Stmt], dict[str, str], list[str]]:
+    """``body`` tidied (``optimize.tidy``), its temporaries named after what they hold, with the types of
+    the new names, and of ``init`` (the scalars that start a launch index at zero) those still read before
+    they are assigned."""
+    body = tidy(body, keep, Printer(types, low.kinds).type_of)
+    taken = {n for s in walk(body) for e in exprs_of(s) for n in names_in(e)} | assigned(body)
+    names = readable(low.body, taken | set(low.kinds) | set(types))
+    renamed = {n: Name(rename(n, names)) for n in taken if rename(n, names) != n}
+    body = rewrite(body, lambda e: substitute(e, renamed), lambda n: rename(n, names))
+    types = {rename(n, names): ty for n, ty in types.items()}
+    exposed = read_first(body, keep)
+    return body, types, [rename(n, names) for n in init if rename(n, names) in exposed]
 
 
 def _no_launcher(*args: Any) -> None:
@@ -415,7 +397,7 @@ def _halo(body: list[Stmt], launch_index: str, buffers: list[str]) -> int:
     Chunks of indices at least ``2 * |c|`` long, two apart, then never add to the same element: every other
     chunk can run at once, adding into the array itself, with no per-thread copy of it to zero and sum.
     """
-    names = {"_pv" + b[len("_priv") :] for b in buffers}
+    names = {private(unbuffer(b)) for b in buffers}
     offsets = launch_offsets(body, launch_index)
     halo = 0
     for s in walk(body):
@@ -431,46 +413,25 @@ def _halo(body: list[Stmt], launch_index: str, buffers: list[str]) -> int:
 
 def _buffer(kind: str, param: str, mode: str) -> str:
     if kind == "primal":
-        return f"_priv{param}"
-    return f"_priv{tan(param) if mode == 'tangent' else adj(param)}"
+        return buffer(param)
+    return buffer(tan(param) if mode == "tangent" else adj(param))
 
 
-def _privatize(
-    body: list[Stmt], reduced: set[str], launch_index: str, defs: Definitions = NO_DEFINITIONS
-) -> list[Stmt]:
-    """Send ``a[j] += v`` at shared indices of reduced arrays to the thread's private buffer."""
-    out: list[Stmt] = []
-    for s in body:
-        if (
-            isinstance(s, Store)
-            and s.accumulate
-            and s.array in reduced
-            and not owned(s.index, launch_index, defs)
-        ):
-            s = Store(private(s.array), s.index, s.value, True, line=s.line)
-        else:
-            s = map_blocks(s, lambda b: _privatize(b, reduced, launch_index, defs))
-        out.append(s)
-    return out
-
-
-def _shared_reads(
-    body: list[Stmt], act: Activity, launch_index: str, defs: Definitions = NO_DEFINITIONS
-) -> set[str]:
+def _shared_reads(k: Analysed) -> set[str]:
     """Active global arrays read at indices other iterations may share: their adjoints accumulate there."""
     return {
         s.value.array
-        for s in walk(body)
+        for s in walk(k.low.body)
         if isinstance(s, Assign)
         and isinstance(s.value, Elem)
-        and s.value.array in act.arrays
-        and not owned(s.value.index, launch_index, defs)
+        and s.value.array in k.act.arrays
+        and not owned(s.value.index, k.launch_index, k.defs)
     }
 
 
 def _scalars_in(body: list[Stmt]) -> set[str]:
     """Scalars the adjoint sweep assigns or whose adjoint it reads (each starts an iteration at zero)."""
-    used = {n for s in walk(body) for e in exprs_of(s) for n in names_in(e) if n.startswith("_b_")}
+    used = {n for s in walk(body) for e in exprs_of(s) for n in names_in(e) if n.startswith(ADJOINT)}
     return assigned(body) | {s.target for s in walk(body) if isinstance(s, Pop)} | used
 
 

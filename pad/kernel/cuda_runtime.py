@@ -15,14 +15,14 @@ has no warp shuffles (``WARP_SHUFFLES`` is False there): every lane adds atomica
 
 from __future__ import annotations
 
-import numpy as np
-
-if not hasattr(np, "row_stack"):  # numba-cuda 0.30 still calls np.row_stack, which NumPy 2.5 removed
-    np.row_stack = np.vstack  # type: ignore[attr-defined]
-
 import math
 
-from numba import config, cuda  # after the shim
+import numpy as np
+
+import pad.arrays  # noqa: F401  (its NumPy shim, which numba.cuda needs)
+
+# isort: split
+from numba import config, cuda
 
 from pad.kernel.runtime import check_index, psi
 

@@ -7,16 +7,20 @@ the stacks of the reverse sweep, views of private accumulation buffers, and accu
 
 from __future__ import annotations
 
+import functools
+import linecache
 import math
+import os
+import re
 from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 from numba import config
 
-from pad.kernel.analysis import split_loops
-from pad.kernel.frontend import ArrayKind, Kind
+from pad.kernel.analysis import split_loops, uniform_add_names
 from pad.kernel.ir import (
+    ArrayKind,
     Assign,
     Call,
     Elem,
@@ -24,6 +28,7 @@ from pad.kernel.ir import (
     Fill,
     For,
     If,
+    Kind,
     Lit,
     LocalArray,
     Name,
@@ -35,27 +40,16 @@ from pad.kernel.ir import (
     arrays_in,
     assigned,
     blocks,
+    element_type,
     exprs_of,
     loaded_arrays,
     names_in,
     walk,
 )
+from pad.kernel.names import ACTIVE_SCALARS, PRIVATE, TAPE, UNORDERED, base_name, head, private, unbuffer
 from pad.kernel.rules import RULES
 
-_PREFIXES = ("_pv", "_b_", "_d_")
-UNORDERED = "_any"  # prefix of loop variables of loops whose iterations may run in any order
 SHARED_ADJOINT_REGISTERS = 64  # per thread, for CUDA adjoints whose lanes share loops (cuda_kernel_source)
-
-
-def base_name(name: str) -> str:
-    """The primal name behind a shadow, tangent or private-buffer name."""
-    changed = True
-    while changed:
-        changed = False
-        for p in _PREFIXES:
-            if name.startswith(p):
-                name, changed = name[len(p) :], True
-    return name
 
 
 _ZERO = {"f4": "np.float32(0.0)", "f8": "0.0", "i": "0", "b": "False"}
@@ -70,18 +64,24 @@ def _float(value: float | np.floating) -> str:
     return "math.nan" if math.isnan(v) else ("math.inf" if v > 0 else "(-math.inf)")
 
 
-def element_type(kind: Kind | None) -> str:
-    """The scalar type code values stored into an array are printed and summed in ("f4" or "f8")."""
-    return "f4" if isinstance(kind, ArrayKind) and kind.dtype == np.float32 else "f8"
+ATOM = 99  # the precedence of a name: an operator printed where one is expected is parenthesized
+_INFIX = {"add": ("+", 1), "sub": ("-", 1), "mul": ("*", 2), "div": ("/", 2), "floordiv": ("//", 2)}
+_INFIX |= {"mod": ("%", 2), "neg": ("-", 3)}
+# Comparisons chain in Python (``a < b < c``): their operands are parenthesized even at their own level.
+_COMPARE = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+_INFIX |= {op: (symbol, 0) for op, symbol in _COMPARE.items()}
 
 
-def uniform_add_names(s: Stmt | None, varying: set[str]) -> frozenset[str] | None:
-    """For ``_pv<x>[j] += v`` (a shared-index accumulation) with ``j`` uniform across threads: the variables
-    in ``j``; else None. GPU code aggregates such adds over a warp."""
-    if not (isinstance(s, Store) and s.accumulate and s.array.startswith("_pv")):
-        return None
-    names = frozenset(n for x in s.index for n in names_in(x))
-    return None if names & varying else names
+@functools.cache
+def _bounds(template: str) -> tuple[int, ...]:
+    """Per argument of ``template``: 0 where each of its places is a whole argument of a call, else ``ATOM``."""
+    whole: dict[int, bool] = {}
+    for m in re.finditer(r"\{(\d)\}", template):
+        before, after = template[: m.start()], template[m.end() :]
+        alone = before.endswith(("(", ", ")) and after.startswith((")", ","))
+        k = int(m.group(1))
+        whole[k] = whole.get(k, True) and alone
+    return tuple(0 if whole.get(k) else ATOM for k in range(max(whole, default=-1) + 1))
 
 
 @dataclass
@@ -102,6 +102,10 @@ class Printer:
     sites: list[tuple[int, str]] | None = None
     line: int = 0  # the source line of the statement being printed
     launch_index: str = "0"
+    # The kernel's source file: each block of statements from one of its lines is printed under that line,
+    # as a comment (``# k.py:5  y[i] = ...``)
+    filename: str = ""
+    shown: int = 0  # the line of the last such comment
 
     def define(self, name: str) -> str:
         """The name to print for a new definition of scalar ``name``."""
@@ -110,7 +114,10 @@ class Printer:
         if name not in self.defined:
             self.defined.add(name)
             return name
-        version = f"{name}__{len(self.defined)}"
+        count = 2
+        while f"{name}__{count}" in self.defined:
+            count += 1
+        version = f"{name}__{count}"
         self.defined.add(version)
         self.versions[name] = version
         return version
@@ -126,7 +133,9 @@ class Printer:
             return element_type(kind)
         return self.types.get(name) or self.types.get(base, "f8")
 
-    def expr(self, e: Expr, ty: str) -> str:
+    def expr(self, e: Expr, ty: str, bound: int = ATOM) -> str:
+        """``e`` printed in a context of type ``ty`` where an operator binding less tightly than ``bound``
+        needs parentheses (statements' values: 0; operands inside templates: ``ATOM``, always)."""
         if isinstance(e, Name):
             return self.current(e.id)
         if isinstance(e, Lit):
@@ -141,19 +150,35 @@ class Printer:
             return f"{e.array}[{self.at(e.array, e.index)}]"
         assert isinstance(e, Call)
         if e.op == "indicator" and ty == "f4":  # a float32 0 or 1: np.float64() would compute in float64
-            return f"np.float32({self.expr(e.args[0], 'b')})"
-        text = self.template(e.op).format(*(self.expr(a, ty) for a in e.args))
+            return f"np.float32({self.expr(e.args[0], 'b', 0)})"
+        template = self.template(e.op)
+        if template == "{0}":
+            return self.expr(e.args[0], ty, bound)
+        wide = ty == "f4" and self.wide(e.op)
+        if e.op in _INFIX and template == RULES[e.op].template and not wide:
+            # Python's own precedence, left-associative: the tree printed is the tree evaluated.
+            symbol, level = _INFIX[e.op]
+            if e.op == "neg":
+                text = f"-{self.expr(e.args[0], ty, level)}"
+            else:
+                shift = (1, 1) if e.op in _COMPARE else (0, 1)
+                left, right = (self.expr(a, ty, level + k) for a, k in zip(e.args, shift, strict=True))
+                text = f"{left} {symbol} {right}"
+            return text if level >= bound else f"({text})"
+        text = template.format(
+            *(self.expr(a, ty, b) for a, b in zip(e.args, _bounds(template), strict=False))
+        )
         if e.op == "tindex" and self.sites is not None:  # a tuple of e.args[1] items, indexed at run time
             size = self.expr(e.args[1], "i")
             return self.checked("", f"({size},)", [text]) + "[0]"
-        return f"np.float32({text})" if ty == "f4" and self.wide(e.op) else text
+        return f"np.float32({text})" if wide else text
 
     def template(self, op: str) -> str:
         return RULES[op].template
 
     def at(self, array: str, index: tuple[Expr, ...]) -> str:
         """The index of an access to ``array``: checked against its shape under PAD_DEBUG."""
-        items = [self.expr(x, "i") for x in index]
+        items = [self.expr(x, "i", 0) for x in index]
         if self.sites is None:
             return ", ".join(items)
         return self.checked(array, f"{self.memory(array)}.shape", items)
@@ -177,13 +202,17 @@ class Printer:
         pad = "    " * indent
         for s in stmts:
             self.line = s.line
+            if self.filename and s.line and s.line != self.shown and not isinstance(s, LocalArray):
+                text = linecache.getline(self.filename, s.line).strip()
+                self.lines.append(f"{pad}# {os.path.basename(self.filename)}:{s.line}  {text}".rstrip())
+                self.shown = s.line
             if isinstance(s, Assign):
-                value = self.expr(s.value, self.type_of(s.target))
+                value = self.expr(s.value, self.type_of(s.target), 0)
                 self.lines.append(f"{pad}{self.define(s.target)} = {value}")
             elif isinstance(s, Store):
                 self.lines += [pad + line for line in self.store(s)]
             elif isinstance(s, If):
-                self.lines.append(f"{pad}if {self.expr(s.cond, 'b')}:")
+                self.lines.append(f"{pad}if {self.expr(s.cond, 'b', 0)}:")
                 self.emit(s.body or [], indent + 1)
                 if not s.body:
                     self.lines.append(f"{pad}    pass")
@@ -226,7 +255,7 @@ class Printer:
 
     def store(self, s: Store) -> list[str]:
         op = "+=" if s.accumulate else "="
-        return [f"{s.array}[{self.index(s)}] {op} {self.expr(s.value, self.type_of(s.array))}"]
+        return [f"{s.array}[{self.index(s)}] {op} {self.expr(s.value, self.type_of(s.array), 0)}"]
 
     def push(self, s: Push) -> list[str]:
         # Inline: a call would pass (and reference-count) the stack array each time.
@@ -234,7 +263,7 @@ class Printer:
         room = (
             [] if self.sized_stacks else [f"if {top} == {stack}.shape[0]:", f"    {stack} = grown({stack})"]
         )
-        return [*room, f"{stack}[{top}] = {self.expr(s.value, 'f8')}", f"{top} += 1"]
+        return [*room, f"{stack}[{top}] = {self.expr(s.value, 'f8', 0)}", f"{top} += 1"]
 
     def pop(self, s: Pop) -> list[str]:
         return [
@@ -272,6 +301,7 @@ class Launcher:
     # Reverse mode: shadows whose seeds the chunk sets to zero after a block of launch indices, at
     # ``index + offset`` (``Reverse.cleared``).
     clears: list[tuple[str, int]] = field(default_factory=list)
+    filename: str = ""  # the kernel's source file, whose lines are printed above their code
 
 
 def _names(stmts: list[Stmt]) -> Counter[str]:
@@ -330,26 +360,26 @@ def launcher_source(
     With ``sites`` (PAD_DEBUG), every access is checked (one site per access is appended to ``sites``) and
     the chunks run one after another: an error raised in a ``prange`` loop would be lost."""
     p = Printer(types, kinds, sized_stacks=launcher.stack is not None, sites=sites, launch_index=launch_index)
+    p.filename = launcher.filename
     p.renamable = _renamable(body, launch_index)
-    plan = ["_slots", "_order", "_segs", "_colours"] if launcher.planned else []
-    args = ", ".join(["_n", "_nchunks", *plan, *launcher.params, *launcher.extras])
+    args = ", ".join([*head("cpu", launcher.planned), *launcher.params, *launcher.extras])
     # One chunk's work is a plain njit function that the parallel launcher calls: numba's parfor passes
     # (fusion, pre-lowering), which walk the whole parallel function, then see a loop of calls, not a
-    # kernel's adjoint of thousands of statements (a third of its compile time).
+    # kernel's adjoint of thousands of statements (which they compile slowly: docs/benchmarks.md).
     options = f"nogil=True, cache=True, fastmath={fastmath}, error_model='numpy'"
     chunk = f"{launcher.name}_chunk"
     if launcher.planned:  # chunk _c runs its share of the groups of segments _first, ..., _first + _count - 1
         p.lines += [f"@njit({options})", f"def {chunk}(_c, _first, _count, _groups, {args}):"]
     else:
         p.lines += [f"@njit({options})", f"def {chunk}(_c, {args}):"]
-        p.lines += ["        _lo = _n * _c // _nchunks", "        _hi = _n * (_c + 1) // _nchunks"]
+        p.lines += ["    _lo = _n * _c // _nchunks", "    _hi = _n * (_c + 1) // _nchunks"]
     for local in launcher.locals:
-        p.lines.append(f"        {local.target} = np.zeros({local.shape}, np.{local.dtype.name})")
+        p.lines.append(f"    {local.target} = np.zeros({local.shape}, np.{local.dtype.name})")
     kinds_used = sorted({s.kind for s in walk(body) if isinstance(s, (Push, Pop))})
     for k in kinds_used:
         room = 64 if launcher.stack is None else max(launcher.stack, 1)
-        p.lines.append(f"        _s{k} = np.empty({room}, np.{'float64' if k == 'f' else 'int64'})")
-    depth, lo, hi, slot = 2, "_lo", "_hi", "_c"  # depth: the indentation of the next line, in levels
+        p.lines.append(f"    _s{k} = np.empty({room}, np.{'float64' if k == 'f' else 'int64'})")
+    depth, lo, hi, slot = 1, "_lo", "_hi", "_c"  # depth: the indentation of the next line, in levels
 
     def line(text: str) -> None:
         p.lines.append("    " * depth + text)
@@ -360,13 +390,13 @@ def launcher_source(
         depth, slot = depth + 1, "_g"
     outer = depth  # where per-slot set-up and sums go
     for buf in launcher.privates:
-        base = buf[len("_priv") :]
+        base = unbuffer(buf)
         if launcher.direct:
-            line(f"_pv{base} = {base}")
+            line(f"{private(base)} = {base}")
         elif launcher.planned:
-            line(f"_pv{base} = {base} if {buf}.shape[0] == 0 else {buf}[_g]")
+            line(f"{private(base)} = {base} if {buf}.shape[0] == 0 else {buf}[_g]")
         else:
-            line(f"_pv{base} = {buf}[_c]")
+            line(f"{private(base)} = {buf}[_c]")
     for acc in launcher.accumulators:
         line(f"_acc{acc} = {_ZERO[p.type_of(acc)]}")
     if launcher.planned:
@@ -408,7 +438,7 @@ def launcher_source(
             line(f"{shadow}[_blk + {offset} : _end + {offset}] = 0")
     depth = outer
     for column, acc in enumerate(launcher.accumulators):
-        line(f"_act[{slot}, {column}] += _acc{acc}")
+        line(f"{ACTIVE_SCALARS}[{slot}, {column}] += _acc{acc}")
     # The chunk index is cast: numba types a prange index int64 in the launcher but uint64 in the gufunc it
     # lowers the loop to, and the chunk (the kernel's whole body) would be compiled once for each.
     parallel, loop = ("parallel=True, ", "prange") if sites is None else ("", "range")
@@ -469,7 +499,7 @@ class CudaPrinter(Printer):
         return RULES[op].cuda or RULES[op].template
 
     def memory(self, array: str) -> str:
-        return array.removeprefix("_pv")  # a CUDA thread adds into the array itself
+        return array.removeprefix(PRIVATE)  # a CUDA thread adds into the array itself
 
     def wide(self, op: str) -> bool:
         """CUDA templates (helpers, ``math.pow``) may compute in float64."""
@@ -531,10 +561,10 @@ class CudaPrinter(Printer):
 
     def atomic_add(self, s: Store, value: str) -> str:
         index = self.index(s) if len(s.index) == 1 else f"({self.index(s)})"
-        return f"cuda.atomic.add({s.array.removeprefix('_pv')}, {index}, {value})"
+        return f"cuda.atomic.add({s.array.removeprefix(PRIVATE)}, {index}, {value})"
 
     def store(self, s: Store) -> list[str]:
-        array = s.array.removeprefix("_pv")
+        array = s.array.removeprefix(PRIVATE)
         if array in self.tiles:
             _, slot = _tile_slot(s, self.offsets, self.tiles)
             return [f"_tc{array}_{slot} += {self.expr(s.value, self.type_of(s.array))}"]
@@ -628,30 +658,32 @@ def cuda_kernel_source(
     one atomic per block, not per thread. ``sites``: as for ``launcher_source`` (numba's simulator only).
     """
     ranks = {local.target: len(local.shape) for local in launcher.locals}
-    atomic = {s.array[len("_pv") :] for s in walk(body) if isinstance(s, Store) and s.array.startswith("_pv")}
+    atomic = {
+        s.array.removeprefix(PRIVATE)
+        for s in walk(body)
+        if isinstance(s, Store) and s.array.startswith(PRIVATE)
+    }
     offsets = launch_offsets(body, launch_index)
     tiles = _tiled(body, atomic, offsets, kinds) if sites is None else {}  # PAD_DEBUG: each add checked
     p = CudaPrinter(types, kinds, varying=varying, ranks=ranks, atomic=atomic, tiles=tiles, offsets=offsets)
-    p.sites, p.launch_index = sites, launch_index
+    p.sites, p.launch_index, p.filename = sites, launch_index, launcher.filename
     p.sized_stacks = launcher.stack is not None
     p.renamable = _renamable(body, launch_index)
     uses_tape = any(isinstance(s, (Push, Pop)) for s in walk(body))
     # Not with shared-memory tiles (slots per thread).
     p.split = split_loops(body, set(ranks)) if share_loops and not tiles else {}
-    stored = {s.array.removeprefix("_pv") for s in walk(body) if isinstance(s, Store)}
+    stored = {s.array.removeprefix(PRIVATE) for s in walk(body) if isinstance(s, Store)}
     p.fenced = bool(stored & loaded_arrays(body))
     args = ", ".join(
         [
-            "_n",
-            *(["_G"] if p.split else []),
+            *head("cuda", shares_loops=bool(p.split)),
             *launcher.params,
             *launcher.extras,
-            *(["_tape", "_overflow"] if uses_tape else []),
+            *(TAPE if uses_tape else ()),
         ]
     )
     # Few launch indices, so few threads: an adjoint sharing loops hides its latency only with many threads
-    # per multiprocessor, which its registers limit (miniBUDE's fused protein adjoint: 187 registers, 8
-    # warps per multiprocessor, 9.1 ms on an H100; capped, 6.7 ms). Primal kernels lose by it (2.0 -> 2.2 ms).
+    # per multiprocessor, which its registers limit; primal kernels lose by a cap (docs/benchmarks.md).
     capped = p.split and adjoint and not config.ENABLE_CUDASIM  # type: ignore[attr-defined]
     cap = f", max_registers={SHARED_ADJOINT_REGISTERS}" if capped else ""  # (numba's simulator has no cap)
     p.lines += [f"@cuda.jit(fastmath={fastmath}, cache=True{cap})", f"def {launcher.name}({args}):"]
@@ -693,7 +725,7 @@ def cuda_kernel_source(
         ]
         p.lines += ["        cuda.syncthreads()", "        _w //= 2", "    if _t == 0:"]
         p.lines += [
-            f"        cuda.atomic.add(_act, (0, {slot}), _sum[{slot}, 0])"
+            f"        cuda.atomic.add({ACTIVE_SCALARS}, (0, {slot}), _sum[{slot}, 0])"
             for slot in range(len(launcher.accumulators))
         ]
     return "\n".join(p.lines) + "\n", bool(p.split)
@@ -723,7 +755,7 @@ def launch_offsets(body: list[Stmt], launch_index: str) -> dict[str, int]:
 
 def _tile_slot(s: Store, offsets: dict[str, int], tiles: dict[str, int]) -> tuple[str, int]:
     """(array, tile slot relative to the thread's) of ``x[i + c] += v`` into a tiled array."""
-    array = s.array.removeprefix("_pv")
+    array = s.array.removeprefix(PRIVATE)
     (index,) = s.index
     assert isinstance(index, Name)
     return array, offsets[index.id] + tiles[array]
@@ -737,7 +769,7 @@ def _staged_slots(body: list[Stmt], offsets: dict[str, int], tiles: dict[str, in
     """Each tiled array -> the tile slots its adds go to (``x[i + c] += v``: slot ``c + halo``), in order."""
     slots: dict[str, set[int]] = {array: set() for array in tiles}
     for x in walk(body):
-        if isinstance(x, Store) and x.array.removeprefix("_pv") in tiles:
+        if isinstance(x, Store) and x.array.removeprefix(PRIVATE) in tiles:
             array, slot = _tile_slot(x, offsets, tiles)
             slots[array].add(slot)
     return {array: sorted(s) for array, s in slots.items()}
@@ -772,9 +804,8 @@ def _tile_epilogue(tiles: dict[str, int], staged: dict[str, list[int]], kinds: d
     Each thread writes its sum per slot (a row of the tile per slot, no atomics, no clearing); after one
     barrier, position ``q`` of the block's span (``BLOCK + 2 * halo`` elements from ``halo`` before its first
     index) is the sum over slots of row ``slot`` at ``q - slot``. Positions ``[2 * halo, BLOCK)`` are this
-    block's alone: plain adds. The rest overlap the neighbouring blocks' spans: atomic adds. (On an H100 this
-    beat adding to the tile slot by slot between barriers, and adds shared by shuffles within warps came
-    within 5% of it: 0.68 ms against 0.72 and 0.65 for the stencil adjoint's 2**26 indices.)
+    block's alone: plain adds. The rest overlap the neighbouring blocks' spans: atomic adds. (The fastest of
+    three ways measured: docs/benchmarks.md, "In the code".)
     """
     if not tiles:
         return []
@@ -820,14 +851,14 @@ def _tiled(
     """
     halo: dict[str, int] = {}
     for s in walk(body):
-        if isinstance(s, Store) and s.array.removeprefix("_pv") in atomic:
-            array = s.array.removeprefix("_pv")
+        if isinstance(s, Store) and s.array.removeprefix(PRIVATE) in atomic:
+            array = s.array.removeprefix(PRIVATE)
             index = s.index[0] if len(s.index) == 1 else None
             if not s.accumulate or not isinstance(index, Name) or index.id not in offsets:
                 halo[array] = -1
             elif halo.get(array, 0) >= 0:
                 halo[array] = max(halo.get(array, 0), abs(offsets[index.id]))
-    read = {a.removeprefix("_pv") for s in walk(body) for x in exprs_of(s) for a in arrays_in(x)}
+    read = {a.removeprefix(PRIVATE) for s in walk(body) for x in exprs_of(s) for a in arrays_in(x)}
     return {
         a: h
         for a, h in halo.items()

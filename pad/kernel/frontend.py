@@ -21,6 +21,7 @@ import numpy as np
 
 from pad.kernel.controlflow import normalize
 from pad.kernel.ir import (
+    ArrayKind,
     Assign,
     Break,
     Call,
@@ -29,6 +30,8 @@ from pad.kernel.ir import (
     Expr,
     For,
     If,
+    KernelSyntaxError,
+    Kind,
     Lit,
     LocalArray,
     Name,
@@ -36,39 +39,10 @@ from pad.kernel.ir import (
     Return,
     Stmt,
     Store,
+    TupleKind,
     While,
 )
 from pad.kernel.rules import BUILTINS, MATH, NUMPY, RULES
-
-
-class KernelSyntaxError(SyntaxError):
-    """A kernel or helper uses a construct pad cannot compile or differentiate."""
-
-
-# ---------------------------------------------------------------------------------------------- signatures
-@dataclass(frozen=True)
-class ArrayKind:
-    dtype: np.dtype
-    ndim: int
-    local: bool = False
-
-
-@dataclass(frozen=True)
-class TupleKind:
-    items: tuple[str, ...]
-
-
-Kind = ArrayKind | TupleKind | str  # str: scalar type "b", "i", "f4" or "f8"
-
-
-def scalar_type(dtype: np.dtype) -> str:
-    if dtype.kind == "f":
-        return "f4" if dtype.itemsize == 4 else "f8"
-    if dtype.kind == "b":
-        return "b"
-    if dtype.kind in "iu":
-        return "i"
-    raise TypeError(f"unsupported dtype {dtype} (kernels take float, int and bool arrays)")
 
 
 # ---------------------------------------------------------------------------------------------- source

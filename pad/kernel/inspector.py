@@ -24,14 +24,15 @@ import numpy as np
 
 from pad.kernel.analysis import varying
 from pad.kernel.emit import Printer
-from pad.kernel.frontend import ArrayKind, Kind
 from pad.kernel.ir import (
+    ArrayKind,
     Assign,
     Elem,
     Expr,
     Fill,
     For,
     If,
+    Kind,
     LocalArray,
     Name,
     Stmt,

@@ -9,10 +9,45 @@ lowering and control-flow normalization.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
+
+
+# ---------------------------------------------------------------------------------------------- kinds
+class KernelSyntaxError(SyntaxError):
+    """A kernel or helper uses a construct pad cannot compile or differentiate."""
+
+
+@dataclass(frozen=True)
+class ArrayKind:
+    dtype: np.dtype
+    ndim: int
+    local: bool = False
+
+
+@dataclass(frozen=True)
+class TupleKind:
+    items: tuple[str, ...]
+
+
+Kind = ArrayKind | TupleKind | str  # str: scalar type "b", "i", "f4" or "f8"
+
+
+def scalar_type(dtype: np.dtype) -> str:
+    if dtype.kind == "f":
+        return "f4" if dtype.itemsize == 4 else "f8"
+    if dtype.kind == "b":
+        return "b"
+    if dtype.kind in "iu":
+        return "i"
+    raise TypeError(f"unsupported dtype {dtype} (kernels take float, int and bool arrays)")
+
+
+def element_type(kind: Kind | None) -> str:
+    """The scalar type code values stored into an array are printed and summed in ("f4" or "f8")."""
+    return "f4" if isinstance(kind, ArrayKind) and kind.dtype == np.float32 else "f8"
 
 
 # ---------------------------------------------------------------------------------------------- expressions
@@ -109,6 +144,17 @@ def names_in(e: Expr) -> Iterator[str]:
     elif isinstance(e, Elem):
         for a in e.index:
             yield from names_in(a)
+
+
+def substitute(e: Expr, values: Mapping[str, Expr]) -> Expr:
+    """``e`` with each name in ``values`` replaced by its value (the operations themselves unchanged)."""
+    if isinstance(e, Name):
+        return values.get(e.id, e)
+    if isinstance(e, Call):
+        return Call(e.op, tuple(substitute(a, values) for a in e.args))
+    if isinstance(e, Elem):
+        return Elem(e.array, tuple(substitute(a, values) for a in e.index))
+    return e
 
 
 def arrays_in(e: Expr) -> Iterator[str]:
@@ -227,6 +273,35 @@ def map_blocks(s: Stmt, f: Callable[[list[Stmt]], list[Stmt]]) -> Stmt:
     if isinstance(s, While):
         return While(f(s.test), s.cond, f(s.body), line=s.line)
     return s
+
+
+def rewrite(stmts: list[Stmt], expr: Callable[[Expr], Expr], name: Callable[[str], str]) -> list[Stmt]:
+    """Copies of ``stmts`` with ``expr`` applied to every expression they evaluate and ``name`` to every
+    scalar they assign, nested statements included."""
+    out: list[Stmt] = []
+    for s in stmts:
+        line = s.line
+        if isinstance(s, Assign):
+            s = Assign(name(s.target), expr(s.value), line=line)
+        elif isinstance(s, Store):
+            s = Store(s.array, tuple(map(expr, s.index)), expr(s.value), s.accumulate, line=line)
+        elif isinstance(s, If):
+            s = If(expr(s.cond), rewrite(s.body, expr, name), rewrite(s.orelse, expr, name), line=line)
+        elif isinstance(s, For):
+            body = rewrite(s.body, expr, name)
+            s = For(name(s.var), expr(s.start), expr(s.stop), expr(s.step), body, line=line)
+        elif isinstance(s, While):
+            s = While(rewrite(s.test, expr, name), expr(s.cond), rewrite(s.body, expr, name), line=line)
+        elif isinstance(s, Fill):
+            s = Fill(s.array, expr(s.value), line=line)
+        elif isinstance(s, Push):
+            s = Push(expr(s.value), s.kind, line=line)
+        elif isinstance(s, Pop):
+            s = Pop(name(s.target), s.kind, s.ty, line=line)
+        elif isinstance(s, Return):
+            s = Return([expr(v) for v in s.values], line=line)
+        out.append(s)
+    return out
 
 
 def blocks(s: Stmt) -> list[list[Stmt]]:

@@ -14,13 +14,14 @@ from __future__ import annotations
 from collections import Counter
 
 from pad.kernel.analysis import Definitions, varying
-from pad.kernel.frontend import ArrayKind, Kind
 from pad.kernel.ir import (
+    ArrayKind,
     Assign,
     Call,
     Expr,
     For,
     If,
+    Kind,
     Lit,
     Name,
     Pop,

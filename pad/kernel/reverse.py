@@ -39,9 +39,8 @@ from pad.kernel.analysis import (
     owned,
     running_extremes,
 )
-from pad.kernel.emit import UNORDERED
-from pad.kernel.frontend import ArrayKind, Kind, scalar_type
 from pad.kernel.ir import (
+    ArrayKind,
     Assign,
     Call,
     Elem,
@@ -49,6 +48,7 @@ from pad.kernel.ir import (
     Fill,
     For,
     If,
+    Kind,
     Lit,
     LocalArray,
     Name,
@@ -65,20 +65,12 @@ from pad.kernel.ir import (
     loaded_arrays,
     map_blocks,
     names_in,
+    scalar_type,
     stored_arrays,
     walk,
 )
+from pad.kernel.names import ADJOINT, UNORDERED, adj, private
 from pad.kernel.rules import RULES
-
-
-def adj(name: str) -> str:
-    """Name of the adjoint (shadow) of a variable or array."""
-    return f"_b_{name}"
-
-
-def private(name: str) -> str:
-    """Name of the calling thread's private accumulation buffer for an array."""
-    return f"_pv{name}"
 
 
 @dataclass
@@ -102,7 +94,7 @@ class Reverse:
     fused: bool = False
     # Arrays each iteration stores once at its own element, never read (``overwritten_arrays``): the CPU
     # launcher clears their seeds after its loop (clearing each in the loop, between the adjoint's loads and
-    # stores to arrays of the same size, stalled a stencil's adjoint on 4 KiB aliasing: 3x slower).
+    # stores to arrays of the same size, stalls on 4 KiB aliasing: docs/benchmarks.md, "In the code").
     cleared: frozenset[str] = frozenset()
     droppable: set[str] = field(default_factory=set)
     moved: set[int] = field(default_factory=set)
@@ -159,7 +151,9 @@ class Reverse:
             code = _drop_ids(fwd, self.moved) + _drop_stores(rev, droppable, keep=self.remade)
         else:
             code = _drop_stores(fwd + rev, droppable)
-        code, _ = liveness(_merge_ifs(_fold_zero_adds(code, set())[0]), live_out, prune=True)
+        # Every adjoint scalar starts a launch index at zero.
+        zeros = {n for x in walk(code) for n in _names(x) | assigned([x]) if n.startswith(ADJOINT)}
+        code, _ = liveness(_merge_ifs(_fold_zero_adds(code, zeros)[0]), live_out, prune=True)
         return _drop_idle_saves(code)
 
     # -- regions ---------------------------------------------------------------------------------------
@@ -580,7 +574,7 @@ class Reverse:
         f, r = self.region(s.body, set())
         # Adjoints flow from one reverse iteration to the next and out of the loop: they stay live. Primal
         # values do not: the next iteration pops or recomputes its own.
-        adjoints = {n for x in walk(r) for n in _names(x) | assigned([x]) if n.startswith("_b_")}
+        adjoints = {n for x in walk(r) for n in _names(x) | assigned([x]) if n.startswith(ADJOINT)}
         sums = set(rebuilt or ())
         again, live = liveness(f + r, adjoints | sums, prune=True)
         written = assigned(s.body) - ({s.var} if isinstance(s, For) else set()) - sums
@@ -634,9 +628,9 @@ def _fold_zero_adds(stmts: list[Stmt], zeros: set[str]) -> tuple[list[Stmt], set
     ``_b_x = g * p``; ``shadow[i] += _b_x`` goes while ``_b_x`` is zero), and the names zero after them.
 
     The compilers keep ``0.0 + v``: it differs from ``v`` when ``v`` is -0.0, which no adjoint minds, and
-    numba's CUDA target passes no fast-math flag that would let them drop it (on an H100 these adds were a
-    tenth of the instructions of miniBUDE's fused adjoint). Only the zeros that the reverse sweep assigns
-    (typed literals) are followed, never the primal's.
+    numba's CUDA target passes no fast-math flag that would let them drop it (a large share of an adjoint's
+    instructions: docs/benchmarks.md, "In the code"). Only zeros that the reverse sweep assigns (typed
+    literals, or an adjoint's zero at the start of a launch index) are followed, never the primal's.
     """
     known = set(zeros)
     out: list[Stmt] = []

@@ -20,12 +20,8 @@ from pad.kernel.ir import (
     While,
     call,
 )
+from pad.kernel.names import private, tan
 from pad.kernel.rules import RULES
-
-
-def tan(name: str) -> str:
-    """Name of the tangent of a variable or array."""
-    return f"_d_{name}"
 
 
 @dataclass
@@ -60,7 +56,7 @@ class Tangent:
                 and s.array in self.privatized
                 and not owned(s.index, self.launch_index, self.defs)
             ):
-                target = f"_pv{target}"
+                target = private(target)
             return [s, Store(target, s.index, value, s.accumulate, line=s.line)]
         if isinstance(s, If):
             return [If(s.cond, self.block(s.body), self.block(s.orelse), line=s.line)]

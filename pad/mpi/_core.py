@@ -79,6 +79,11 @@ class Comm:
         self._born_in: Any = None  # weak reference to the autodiff context that created it, if any
         self._free_pending = False
 
+    def wire(self, stage: str, op: str, adj: str = "", private: bool = True) -> Wire:
+        """This communicator's private one (``private=False``: the user's), accounting for its calls as
+        made by op ``op`` in ``stage`` (``Wire``)."""
+        return Wire(self, self.private if private else self.mpi, stage, op, adj)
+
     @property
     def rank(self) -> int:
         return self._rank
@@ -411,6 +416,56 @@ def note(
 ) -> None:
     """Account for one MPI call (see :mod:`pad.mpi._wire`)."""
     _wire.note(comm._rank, phase, call, where, tag, nbytes, op, adj)
+
+
+def _input(sendbuf: Any, recvbuf: Any) -> Any:
+    """What a collective reduces or scans: ``recvbuf`` under IN_PLACE, else ``sendbuf``."""
+    return recvbuf if sendbuf is IN_PLACE else sendbuf
+
+
+def _nbytes(buf: Any) -> int:
+    return 0 if buf is None or buf is IN_PLACE else int(buf.nbytes)
+
+
+# Per collective MPI call: the position of its ``root`` argument (or None), and the bytes that rank ``me`` of
+# ``p`` receives, from the call's arguments (mpi4py's order).
+RECEIVES: dict[str, tuple[int | None, Callable[..., int]]] = {
+    "Bcast": (1, lambda me, p, root, buf, *_: 0 if me == root else _nbytes(buf)),
+    "Reduce": (3, lambda me, p, root, s, r, *_: (p - 1) * _nbytes(_input(s, r)) if me == root else 0),
+    "Allreduce": (None, lambda me, p, root, s, r, *_: (p - 1) * _nbytes(_input(s, r))),
+    "Gather": (2, lambda me, p, root, s, r, *_: (p - 1) * _nbytes(r) // p if me == root else 0),
+    "Scatter": (2, lambda me, p, root, s, r, *_: 0 if me == root else _nbytes(r)),
+    "Allgather": (None, lambda me, p, root, s, r: (p - 1) * _nbytes(r) // p),
+    "Alltoall": (None, lambda me, p, root, s, r: (p - 1) * _nbytes(r) // p),
+    "Reduce_scatter_block": (None, lambda me, p, root, s, r, *_: (p - 1) * _nbytes(_input(s, r)) // p),
+    "Scan": (None, lambda me, p, root, s, r, *_: me * _nbytes(_input(s, r))),
+    "Exscan": (None, lambda me, p, root, s, r, *_: me * _nbytes(_input(s, r))),
+    "Barrier": (None, lambda me, p, root: 0),
+}
+
+
+class Wire:
+    """An mpi4py communicator of ``comm`` whose collective calls account for themselves (``pad.mpi.stats``,
+    ``PAD_MPI_DEBUG``) as made by pad op ``op`` in ``stage`` (with adjoint ``adj``): where the call goes and
+    the bytes this rank receives come from its arguments (``RECEIVES``), not from the op."""
+
+    def __init__(
+        self, comm: Comm, mpi: Any, stage: str, op: str, adj: str = "", where: str | None = None
+    ) -> None:
+        self.comm, self.mpi, self.stage, self.op, self.adj, self.where = comm, mpi, stage, op, adj, where
+
+    def __getattr__(self, call: str) -> Callable[..., None]:
+        at, receives = RECEIVES[call]
+        method = getattr(self.mpi, call)
+
+        def logged(*args: Any) -> None:
+            method(*args)
+            root = None if at is None else args[at]
+            where = self.where if self.where is not None else "" if root is None else f"root {root}"
+            nbytes = receives(self.mpi.Get_rank(), self.mpi.Get_size(), root, *args)
+            note(self.comm, self.stage, call, where, None, nbytes, self.op, self.adj)
+
+        return logged
 
 
 def _recorded(comm: Comm, name: str, method: Any, args: tuple, kwargs: dict, cupy: bool) -> None:

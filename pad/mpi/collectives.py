@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from pad import tape
-from pad.mpi._core import IN_PLACE, SUM, Adjoint, Comm, agree, as_array, float_shadow, note, phase, register
+from pad.mpi._core import IN_PLACE, SUM, Adjoint, Comm, agree, as_array, float_shadow, phase, register
 
 
 @register("Bcast")
@@ -25,9 +25,7 @@ def bcast(comm: Comm, ctx: tape.Context, buf: Any, root: int = 0) -> None:
     mine = comm.rank == root
     if not mine:
         ctx.will_write([x])
-    comm.mpi.Bcast(x, root)
-    nbytes = 0 if mine else x.nbytes
-    note(comm, phase(ctx), "Bcast", f"root {root}", None, nbytes, "Bcast", "Reduce")
+    comm.wire(phase(ctx), "Bcast", "Reduce", private=False).Bcast(x, root)
     if x.dtype.kind != "f":
         return
     dx = float_shadow(ctx, x)
@@ -36,20 +34,12 @@ def bcast(comm: Comm, ctx: tape.Context, buf: Any, root: int = 0) -> None:
         return
 
     def reverse() -> None:
+        wire = comm.wire("reverse", "Bcast")
         if mine:
-            comm.private.Reduce(IN_PLACE, dx, SUM, root)
+            wire.Reduce(IN_PLACE, dx, SUM, root)
         else:
-            comm.private.Reduce(dx, None, SUM, root)
+            wire.Reduce(dx, None, SUM, root)
             dx[...] = 0
-        note(
-            comm,
-            "reverse",
-            "Reduce",
-            f"root {root}",
-            None,
-            (comm.size - 1) * x.nbytes if mine else 0,
-            "Bcast",
-        )
 
     ctx.record(Adjoint(reverse))
 
@@ -64,11 +54,7 @@ def gather(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: Any, root: int 
     agree(comm, "Gather", x.dtype.str, x.size // p if s is IN_PLACE else x.size, root)
     if mine:
         ctx.will_write([r])
-    comm.mpi.Gather(s, r if mine else None, root)
-    block = x.nbytes // p if s is IN_PLACE else x.nbytes
-    note(
-        comm, phase(ctx), "Gather", f"root {root}", None, (p - 1) * block if mine else 0, "Gather", "Scatter"
-    )
+    comm.wire(phase(ctx), "Gather", "Scatter", private=False).Gather(s, r if mine else None, root)
     if x.dtype.kind != "f":
         return
     ds, dr = float_shadow(ctx, s), float_shadow(ctx, r if mine else None)
@@ -77,18 +63,18 @@ def gather(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: Any, root: int 
         return
 
     def reverse() -> None:
+        wire = comm.wire("reverse", "Gather")
         if ds is IN_PLACE:  # the root's own block is its input's shadow: it stays
-            comm.private.Scatter(dr, IN_PLACE, root)
+            wire.Scatter(dr, IN_PLACE, root)
             own = dr.reshape(p, -1)[root].copy()
             dr[...] = 0
             dr.reshape(p, -1)[root] = own
         else:
             got = np.empty_like(ds)
-            comm.private.Scatter(dr, got, root)
+            wire.Scatter(dr, got, root)
             if mine:
                 dr[...] = 0
             ds[...] += got
-        note(comm, "reverse", "Scatter", f"root {root}", None, 0 if mine else block, "Gather")
 
     ctx.record(Adjoint(reverse))
 
@@ -103,9 +89,7 @@ def scatter(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: Any, root: int
     agree(comm, "Scatter", x.dtype.str, x.size // p if r is IN_PLACE else x.size, root)
     if r is not IN_PLACE:
         ctx.will_write([r])
-    comm.mpi.Scatter(s if mine else None, r, root)
-    block = x.nbytes // p if r is IN_PLACE else x.nbytes
-    note(comm, phase(ctx), "Scatter", f"root {root}", None, 0 if mine else block, "Scatter", "Gather")
+    comm.wire(phase(ctx), "Scatter", "Gather", private=False).Scatter(s if mine else None, r, root)
     if x.dtype.kind != "f":
         return
     ds, dr = float_shadow(ctx, s if mine else None), float_shadow(ctx, r)
@@ -114,16 +98,16 @@ def scatter(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: Any, root: int
         return
 
     def reverse() -> None:
+        wire = comm.wire("reverse", "Scatter")
         if mine:
             got = np.zeros_like(ds)  # the root's own block stays zero under IN_PLACE
-            comm.private.Gather(dr, got, root)
+            wire.Gather(dr, got, root)
             if dr is not IN_PLACE:
                 dr[...] = 0
             ds[...] += got
         else:
-            comm.private.Gather(dr, None, root)
+            wire.Gather(dr, None, root)
             dr[...] = 0
-        note(comm, "reverse", "Gather", f"root {root}", None, (p - 1) * block if mine else 0, "Scatter")
 
     ctx.record(Adjoint(reverse))
 
@@ -136,9 +120,7 @@ def _exchange(comm: Comm, ctx: tape.Context, call: str, adjoint: str, sendbuf: A
     p = comm.size
     agree(comm, call, r.dtype.str, r.size // p)
     ctx.will_write([r])
-    getattr(comm.mpi, call)(s, r)
-    block = r.nbytes // p
-    note(comm, phase(ctx), call, "", None, (p - 1) * block, call, adjoint)
+    getattr(comm.wire(phase(ctx), call, adjoint, private=False), call)(s, r)
     if r.dtype.kind != "f":
         return
     ds, dr = float_shadow(ctx, s), float_shadow(ctx, r)
@@ -149,12 +131,11 @@ def _exchange(comm: Comm, ctx: tape.Context, call: str, adjoint: str, sendbuf: A
 
     def reverse() -> None:
         got = np.empty(r.size // p if gathers else r.size, r.dtype)
-        getattr(comm.private, adjoint)(dr, got)
+        getattr(comm.wire("reverse", call), adjoint)(dr, got)
         dr[...] = 0
         own = dr.reshape(p, -1)[comm.rank] if gathers else dr
         target = own if ds is IN_PLACE else ds
         target[...] += got.reshape(target.shape)
-        note(comm, "reverse", adjoint, "", None, (p - 1) * block, call)
 
     ctx.record(Adjoint(reverse))
 
@@ -177,13 +158,11 @@ def alltoall(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: Any) -> None:
 def barrier(comm: Comm, ctx: tape.Context) -> None:
     """Synchronise. Adjoint: a Barrier at the mirrored place of the reverse pass."""
     agree(comm, "Barrier")
-    comm.mpi.Barrier()
-    note(comm, phase(ctx), "Barrier", "", None, 0, "Barrier", "Barrier")
+    comm.wire(phase(ctx), "Barrier", "Barrier", private=False).Barrier()
     if not ctx.reverse_mode:
         return
 
     def reverse() -> None:
-        comm.private.Barrier()
-        note(comm, "reverse", "Barrier", "", None, 0, "Barrier")
+        comm.wire("reverse", "Barrier").Barrier()
 
     ctx.record(Adjoint(reverse))

@@ -15,6 +15,8 @@ rank); integer buffers are inactive and accept any op.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -26,11 +28,11 @@ from pad.mpi._core import (
     SUM,
     Adjoint,
     Comm,
+    Wire,
     agree,
     as_array,
     flat,
     float_shadow,
-    note,
     op_name,
     phase,
     register,
@@ -44,20 +46,42 @@ def _weights(comm: Comm, name: str, x: np.ndarray, y: np.ndarray, stage: str, ca
         return None
     x, y = x.reshape(-1), y.reshape(-1)
     p, me = comm.size, comm.rank
+    wire = comm.wire(stage, call)
     if name == "PROD":
         w = np.zeros_like(x)
         np.divide(y, x, out=w, where=y != 0)
         zero = np.flatnonzero(y == 0)  # the same elements on every rank
         if zero.size:
             mine, every = np.ascontiguousarray(x[zero]), np.empty((p, zero.size), x.dtype)
-            comm.private.Allgather(mine, every)
+            wire.Allgather(mine, every)
             w[zero] = np.prod(np.delete(every, me, axis=0), axis=0)
-            note(comm, stage, "Allgather", "", None, (p - 1) * mine.nbytes, call)
         return w
     winner = np.where(x == y, me, p).astype(np.int32)
-    comm.private.Allreduce(IN_PLACE, winner, MIN)
-    note(comm, stage, "Allreduce", "", None, (p - 1) * winner.nbytes, call)
+    wire.Allreduce(IN_PLACE, winner, MIN)
     return (winner == me).astype(x.dtype)
+
+
+@dataclass
+class _Reduction:
+    """One Reduce (to ``root``) or Allreduce (``root`` None) of ``x`` into ``r``, as its tangent and adjoint
+    see it: ``name`` the op (SUM, PROD, MIN, MAX), ``kx`` the input kept for the weights (None for SUM)."""
+
+    comm: Comm
+    call: str
+    name: str
+    root: int | None
+    x: np.ndarray
+    r: Any
+    kx: Any
+
+    @property
+    def gets(self) -> bool:
+        """Whether this rank receives the result."""
+        return self.root is None or self.comm.rank == self.root
+
+    @property
+    def linear(self) -> bool:
+        return self.name == "SUM"
 
 
 def _reduce(
@@ -65,61 +89,67 @@ def _reduce(
 ) -> None:
     """Reduce (to ``root``) or Allreduce (``root=None``), differentiated as the module docstring says."""
     s, r = as_array(sendbuf), as_array(recvbuf)
-    gets = root is None or comm.rank == root
     x = r if s is IN_PLACE else s
     agree(comm, call, x.dtype.str, x.size, root, op_name(op))
     active = x.dtype.kind == "f"
     name = require(op, ("SUM", "PROD", "MIN", "MAX"), call) if active else ""
-    linear = name == "SUM"
-    kx: Any = None if not active or linear else ctx.keep(x) if ctx.reverse_mode else tape.Kept(x.copy())
-    if gets:
+    keep = active and name != "SUM"
+    kx: Any = None if not keep else ctx.keep(x) if ctx.reverse_mode else tape.Kept(x.copy())
+    red = _Reduction(comm, call, name, root, x, r, kx)
+    if red.gets:
         ctx.will_write([r])
+    wire = comm.wire(phase(ctx), call, "Allreduce" if root is None else "Bcast", private=False)
     if root is None:
-        comm.mpi.Allreduce(s, r, op)
+        wire.Allreduce(s, r, op)
     else:
-        comm.mpi.Reduce(s, r if gets else None, op, root)
-    where, adj = ("", "Allreduce") if root is None else (f"root {root}", "Bcast")
-    note(comm, phase(ctx), call, where, None, (comm.size - 1) * x.nbytes if gets else 0, call, adj)
+        wire.Reduce(s, r if red.gets else None, op, root)
     if not active:
         return
-    dx, dr = float_shadow(ctx, x), float_shadow(ctx, r if gets else None)
+    dx, dr = float_shadow(ctx, x), float_shadow(ctx, r if red.gets else None)
+    if ctx.reverse_mode:
+        ctx.record(Adjoint(_reduce_adjoint(red, dx, dr, None if red.linear or not red.gets else ctx.keep(r))))
+    else:
+        _reduce_tangent(red, dx, dr)
 
-    def result_everywhere() -> Any:
-        """The result on every rank (tangent mode: Reduce's root broadcasts it)."""
-        if root is None:
-            return r
-        out = r.copy() if gets else np.empty_like(x)
-        comm.private.Bcast(out, root)
-        note(comm, "tangent", "Bcast", where, None, 0 if gets else out.nbytes, call)
-        return out
 
-    if not ctx.reverse_mode:
-        w = None if linear else _weights(comm, name, kx.value, result_everywhere(), "tangent", call)
-        t = dx.copy() if w is None else dx * w.reshape(dx.shape)
-        if root is None:
-            comm.private.Allreduce(t, dr, SUM)
-        else:
-            comm.private.Reduce(t, dr, SUM, root)
-        return
-    ky: Any = None if linear or not gets else ctx.keep(r)
+def _reduce_tangent(red: _Reduction, dx: np.ndarray, dr: Any) -> None:
+    """``ẏ = SUM-reduce(w ẋ)``: the weights need the result on every rank (Reduce's root broadcasts it)."""
+    comm, root = red.comm, red.root
+    w = None
+    if not red.linear:
+        y = red.r
+        if root is not None:
+            y = red.r.copy() if red.gets else np.empty_like(red.x)
+            comm.wire("tangent", red.call).Bcast(y, root)
+        w = _weights(comm, red.name, red.kx.value, y, "tangent", red.call)
+    t = dx.copy() if w is None else dx * w.reshape(dx.shape)
+    if root is None:
+        comm.private.Allreduce(t, dr, SUM)
+    else:
+        comm.private.Reduce(t, dr, SUM, root)
+
+
+def _reduce_adjoint(red: _Reduction, dx: np.ndarray, dr: Any, ky: Any) -> Callable[[], None]:
+    """The reverse of a reduction: ``x̄ += w ḡ``, ``ḡ`` the total seed on the result (``ky``: the result
+    kept at the root for PROD/MIN/MAX)."""
+    comm, root, x = red.comm, red.root, red.x
 
     def reverse() -> None:
         y: Any
+        wire = comm.wire("reverse", red.call)
         if root is None:  # the total seed, summed in place: no buffer to allocate
-            comm.private.Allreduce(IN_PLACE, dr, SUM)
+            wire.Allreduce(IN_PLACE, dr, SUM)
             g = dr
-            y = None if linear else ky.value
-            note(comm, "reverse", "Allreduce", "", None, (comm.size - 1) * g.nbytes, call)
+            y = None if red.linear else ky.value
         else:  # one Bcast carries the root's seed and, for PROD/MIN/MAX, the result
-            both = np.empty((1 if linear else 2, x.size), x.dtype)
-            if gets:
+            both = np.empty((1 if red.linear else 2, x.size), x.dtype)
+            if red.gets:
                 both[0] = dr.reshape(-1)
-                if not linear:
+                if not red.linear:
                     both[1] = ky.value.reshape(-1)
-            comm.private.Bcast(both, root)
-            g, y = both[0], None if linear else both[1]
-            note(comm, "reverse", "Bcast", where, None, 0 if gets else both.nbytes, call)
-        w = None if linear else _weights(comm, name, kx.value, y, "reverse", call)
+            wire.Bcast(both, root)
+            g, y = both[0], None if red.linear else both[1]
+        w = None if red.linear else _weights(comm, red.name, red.kx.value, y, "reverse", red.call)
         add = g if w is None else g.reshape(-1) * w
         add = add if add.shape == dx.shape else add.reshape(dx.shape)
         if dx is dr:  # IN_PLACE: the input's shadow is the output's, overwritten by its adjoint
@@ -127,13 +157,13 @@ def _reduce(
                 dr[...] = add
         else:
             dx[...] += add
-            if gets:
+            if red.gets:
                 dr[...] = 0
-        for kept in (kx, ky):
+        for kept in (red.kx, ky):
             if kept is not None:
                 kept.release()
 
-    ctx.record(Adjoint(reverse))
+    return reverse
 
 
 @register("Reduce")
@@ -163,9 +193,7 @@ def reduce_scatter_block(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: A
     if active:
         require(op, ("SUM",), "Reduce_scatter_block")
     ctx.will_write([r])
-    comm.mpi.Reduce_scatter_block(s, r, op)
-    nbytes = (p - 1) * block * x.itemsize
-    note(comm, phase(ctx), "Reduce_scatter_block", "", None, nbytes, "Reduce_scatter_block", "Allgather")
+    comm.wire(phase(ctx), "Reduce_scatter_block", "Allgather", private=False).Reduce_scatter_block(s, r, op)
     if not active:
         return
     ds, dr = float_shadow(ctx, s), float_shadow(ctx, r)
@@ -176,11 +204,10 @@ def reduce_scatter_block(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: A
 
     def reverse() -> None:
         got = np.empty(p * block, x.dtype)
-        comm.private.Allgather(out, got)
+        comm.wire("reverse", "Reduce_scatter_block").Allgather(out, got)
         out[...] = 0
         target = dr if ds is IN_PLACE else ds
         target[...] += got.reshape(target.shape)
-        note(comm, "reverse", "Allgather", "", None, nbytes, "Reduce_scatter_block")
 
     ctx.record(Adjoint(reverse))
 
@@ -197,8 +224,7 @@ def _scan(comm: Comm, ctx: tape.Context, call: str, sendbuf: Any, recvbuf: Any, 
     writes = call == "Scan" or comm.rank > 0
     if writes:
         ctx.will_write([r])
-    getattr(comm.mpi, call)(s, r, op)
-    note(comm, phase(ctx), call, "", None, comm.rank * x.nbytes, call, f"{call} (ranks reversed)")
+    getattr(comm.wire(phase(ctx), call, f"{call} (ranks reversed)", private=False), call)(s, r, op)
     if not active:
         return
     ds, dr = float_shadow(ctx, s), float_shadow(ctx, r)
@@ -208,12 +234,11 @@ def _scan(comm: Comm, ctx: tape.Context, call: str, sendbuf: Any, recvbuf: Any, 
 
     def reverse() -> None:
         seed, got = dr if writes else np.zeros_like(dr), np.zeros_like(dr)
-        getattr(comm.reversed(), call)(seed, got, SUM)
+        getattr(Wire(comm, comm.reversed(), "reverse", call, where="ranks reversed"), call)(seed, got, SUM)
         if writes:
             dr[...] = 0
         target = dr if ds is IN_PLACE else ds
         target[...] += got.reshape(target.shape)
-        note(comm, "reverse", call, "ranks reversed", None, (comm.size - 1 - comm.rank) * x.nbytes, call)
 
     ctx.record(Adjoint(reverse))
 

@@ -1,7 +1,7 @@
 """``pad.precompile``: compile the launchers a program will need before it runs them, in parallel.
 
 numba compiles a launcher on its first call, one at a time and holding the GIL: LULESH's per-cycle gradient,
-two dozen launchers, took 98 s on two cores before its first timed cycle. ``pad.precompile(fn, *args)`` runs
+two dozen launchers, took minutes before its first timed cycle (docs/benchmarks.md, "In the code"). ``pad.precompile(fn, *args)`` runs
 ``fn(*args)`` once with its launches noted and not run, then compiles every noted launcher, for the argument
 types it was called with, in parallel processes into numba's on-disk cache beside pad's generated files
 (``PAD_CACHE_DIR``). The program's own first calls then load them from the cache.

@@ -20,6 +20,7 @@ from numba import njit, prange
 
 from pad import arrays
 from pad.kernel import Variant, compiler
+from pad.kernel.names import head, ordered
 from pad.parallel import plans
 
 SPARE = arrays.Pool(1 << 30)  # zeroed private buffers; a launch may take several of one shape (x, y, z)
@@ -83,7 +84,7 @@ def run(
     buffers: list[np.ndarray] = []
     outputs = _NO_OUTPUTS
     if not (variant.privates or variant.halo or nact):
-        call = [n, max(1, min(threads, n)), *args, *extras]
+        call = [*ordered(head("cpu"), _n=n, _nchunks=max(1, min(threads, n))), *args, *extras]
     else:
         plan = plans.plan(variant, n, tuple(args))
         bases = [args[p] if kind == "primal" else shadows[p] for kind, p in variant.privates]  # type: ignore[index]
@@ -94,7 +95,9 @@ def run(
             slots = max(1, min(slots, max(threads, PRIVATE_BYTES // copy)))
         buffers = [_zeroed(slots, b) if own else _no_buffer(b) for b, own in zip(bases, private, strict=True)]
         outputs = np.zeros((slots, nact))
-        call = [n, max(1, min(threads, slots)), slots, plan.order, plan.segs, plan.colours, *args, *extras]
+        chunks = max(1, min(threads, slots))
+        values = {"_slots": slots, "_order": plan.order, "_segs": plan.segs, "_colours": plan.colours}
+        call = [*ordered(head("cpu", planned=True), _n=n, _nchunks=chunks, **values), *args, *extras]
         call += [*buffers, *([outputs] if nact else [])]
     if compiler.note(variant.launcher, call):  # compiled ahead (pad.precompile), not run
         return outputs.sum(axis=0)

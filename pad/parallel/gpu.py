@@ -29,6 +29,7 @@ from pad import arrays, tape
 from pad.kernel import Variant, compiler
 from pad.kernel.cuda_runtime import cuda
 from pad.kernel.emit import BLOCK
+from pad.kernel.names import TAPE, head, ordered
 
 __all__ = ["run", "stats"]
 
@@ -77,7 +78,7 @@ def _blocks(n: int) -> int:
 _multiprocessors: list[int] = []
 
 
-def _lanes_per_index(n: int) -> int:
+def lanes_per_index(n: int) -> int:
     """Lanes per launch index for a kernel whose groups share loops: enough to give the GPU about 1024
     threads per multiprocessor (a power of two, at most 16). One on numba's simulator, which has no shuffles."""
     if _simulated():
@@ -95,24 +96,24 @@ def _slots(variant: Variant, n: int, args: Sequence[Any], like: Any) -> int:
     if variant.depth_launcher is None:
         return variant.tape_slots
     depth = arrays.zeros(like, (n,), np.int64)  # zeros: a launch compiled ahead does not run
-    _launch(variant.depth_launcher, _blocks(n), [n, *args, depth])
+    _launch(variant.depth_launcher, _blocks(n), [*ordered(head("cuda"), _n=n), *args, depth])
     return int(depth.max()) if arrays.is_cupy(depth) else int(depth.copy_to_host().max())
 
 
 def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = ()) -> np.ndarray:
     """Run ``variant`` for indices ``range(n)`` on the GPU; returns the adjoints of active scalars."""
-    lanes = _lanes_per_index(n) if variant.shares_loops else 1
-    head = [n, lanes] if variant.shares_loops else [n]
+    lanes = lanes_per_index(n) if variant.shares_loops else 1
+    first = ordered(head("cuda", shares_loops=variant.shares_loops), _n=n, _G=lanes)
     if variant.mode != "adjoint" or not (variant.active_scalars or variant.tape_slots):
         if n:
-            _launch(variant.launcher, _blocks(n * lanes), [*head, *args, *extras])
+            _launch(variant.launcher, _blocks(n * lanes), [*first, *args, *extras])
             _clear_seeds(variant, n, extras)
         return _NO_OUTPUTS
     outputs = np.zeros(len(variant.active_scalars))
     if n == 0:
         return outputs
     like = next(a for a in (*args, *extras) if arrays.is_device(a))
-    call = [*head, *args, *extras]
+    call = [*first, *args, *extras]
     act = None
     if variant.active_scalars:
         act = arrays.zeros(like, (1, len(variant.active_scalars)), np.float64)
@@ -133,7 +134,7 @@ def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = (
         stats["tape_bytes"] = nbytes
         stats["peak_tape_bytes"] = max(stats["peak_tape_bytes"], nbytes)
         overflow = _overflow_flag(variant.kernel, like)
-        call += [arrays.empty(like, (slots, columns), np.float64), overflow]
+        call += ordered(TAPE, _tape=arrays.empty(like, (slots, columns), np.float64), _overflow=overflow)
     _launch(variant.launcher, _blocks(n * lanes), call)
     _clear_seeds(variant, n, extras)
     if overflow is not None and tape.current() is None:

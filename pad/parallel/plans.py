@@ -280,10 +280,9 @@ def _inspect(variant: Variant, n: int, args: tuple) -> Plan:
 
 BLOCKS_PER_COLOUR = 16
 """A colouring of blocks is taken if its colours have this many blocks each, on average (else the blocks
-are halved, down to single launch indices). Blocks start at a ``SLOTS``-th of the launch: on LULESH's
-elements, large blocks (half a plane of the mesh) keep the adjoint within 5% of its time in launch order on
-one thread, blocks of an eighth of that 13% (the nodes a colour's blocks share with the others' are read
-again when those run)."""
+are halved, down to single launch indices). Blocks start at a ``SLOTS``-th of the launch: large blocks keep
+the adjoint near its time in launch order (the nodes a colour's blocks share with the others' are read again
+when those run; docs/benchmarks.md, "In the code")."""
 
 SERIAL = 64  # the colour ``runtime.colour`` gives where none is left
 

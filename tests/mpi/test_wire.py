@@ -59,6 +59,33 @@ def test_reverse_moves_forward_bytes(comm, name):
     assert fwd > 0 or comm.size == 1
 
 
+# What every rank together receives in the forward pass of LINEAR[name] (n = 2p doubles, blocks of 2), on
+# p ranks: the transfer log derives it from each call's arguments (pad.mpi._core.RECEIVES).
+RECEIVED = {
+    "Sendrecv": lambda p, n: p * n * 8,
+    "Bcast": lambda p, n: (p - 1) * n * 8,
+    "Reduce": lambda p, n: (p - 1) * n * 8,
+    "Allreduce": lambda p, n: p * (p - 1) * n * 8,
+    "Gather": lambda p, n: (p - 1) * 2 * 8,
+    "Scatter": lambda p, n: (p - 1) * 2 * 8,
+    "Allgather": lambda p, n: p * (p - 1) * 2 * 8,
+    "Allgather IN_PLACE": lambda p, n: p * (p - 1) * 2 * 8,
+    "Alltoall": lambda p, n: p * (p - 1) * 2 * 8,
+    "Reduce_scatter_block": lambda p, n: p * (p - 1) * 2 * 8,
+    "Scan": lambda p, n: p * (p - 1) // 2 * n * 8,
+    "Exscan": lambda p, n: p * (p - 1) // 2 * n * 8,
+}
+
+
+@pytest.mark.parametrize("name", list(LINEAR))
+def test_forward_bytes_are_what_the_ranks_receive(comm, name):
+    n = 2 * comm.size
+    s, r = np.ones(n), np.ones(n)
+    pad.mpi.reset_stats()
+    pad.autodiff(lambda s, r: LINEAR[name](comm, s, r), pad.Dup(s, np.ones(n)), pad.Dup(r, np.ones(n)))
+    assert comm.mpi.allreduce(pad.mpi.stats()["forward"]["bytes"]) == RECEIVED[name](comm.size, n)
+
+
 def test_seconds_and_calls_per_phase(comm):
     """Every phase's time is counted: plain calls (no payload counted), forward sweep and reverse pass."""
     x, y = np.ones(4), np.zeros(4)

@@ -78,6 +78,27 @@ def test_imports_point_down() -> None:
     assert not upward, "imports that point up:\n" + "\n".join(upward)
 
 
+# The kernel compiler's pipeline: the parser (frontend) in front, the printer (emit) at the end, and the
+# stages between, which take and give IR only: they know neither Python's syntax nor numba's.
+PARSER, PRINTER = "pad.kernel.frontend", "pad.kernel.emit"
+STAGES = tuple(
+    f"pad.kernel.{m}"
+    for m in ("ir", "names", "rules", "controlflow", "analysis", "races", "tangent", "reverse", "optimize")
+)
+
+
+def test_compiler_stages_import_neither_parser_nor_printer() -> None:
+    def reach(name: str, seen: set[str]) -> set[str]:
+        for dep in GRAPH[name] - seen:
+            seen.add(dep)
+            reach(dep, seen)
+        return seen
+
+    assert set(STAGES) <= set(MODULES)
+    wrong = {stage: sorted(reach(stage, set()) & {PARSER, PRINTER}) for stage in STAGES}
+    assert not any(wrong.values()), f"compiler stages that reach the parser or printer: {wrong}"
+
+
 def test_no_import_circles() -> None:
     done: set[str] = set()
     path: list[str] = []
