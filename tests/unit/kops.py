@@ -27,3 +27,11 @@ def sin_to(x: np.ndarray, y: np.ndarray) -> None:
 def axpy(a: float, x: np.ndarray, y: np.ndarray) -> None:
     """``y += a x`` by a kernel launch."""
     pad.launch(_axpy, x.shape[0], a, x, y)
+
+
+def three_field_step(t: int, u: np.ndarray, v: np.ndarray, w: np.ndarray) -> None:
+    """Every step reads u, v, w and writes all three (as a time step of a simulation does)."""
+    sin_to(u, w)
+    axpy(0.3, w, v)
+    sin_to(v, u)
+    axpy(0.1 * (t % 3), u, w)

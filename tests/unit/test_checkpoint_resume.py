@@ -18,17 +18,9 @@ import pytest
 import pad
 from pad import checkpoint
 from pad.checkpoint import resume as saves
-from tests.unit import kops
+from tests.unit.kops import three_field_step as step
 
 N = 16
-
-
-def step(t, u, v, w):
-    """Every step reads u, v, w and writes all three (as a time step of a simulation does)."""
-    kops.sin_to(u, w)
-    kops.axpy(0.3, w, v)
-    kops.sin_to(v, u)
-    kops.axpy(0.1 * (t % 3), u, w)
 
 
 def grads(nsteps=30, resumable=None, while_=True, step=step, **opts):
