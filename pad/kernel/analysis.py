@@ -157,12 +157,12 @@ def expr_type(e: Expr, types: dict[str, str], kinds: dict[str, Kind]) -> str | N
     return ty
 
 
-def check_types(body: list[Stmt], types: dict[str, str], kinds: dict[str, Kind], filename: str) -> None:
+def check_types(body: list[Stmt], types: dict[str, str], kinds: dict[str, Kind]) -> None:
     """Refuse, naming the line, what numba would reject with a typing error: float indices and range bounds,
     bitwise operators on floats."""
 
     def fail(s: Stmt, what: str, instead: str) -> KernelSyntaxError:
-        return KernelSyntaxError(f"{filename}:{s.line}: {what}; {instead}")
+        return KernelSyntaxError(f"{s.line}: {what}; {instead}")
 
     def integral(e: Expr) -> bool:
         return expr_type(e, types, kinds) in ("i", "b", None)
@@ -484,7 +484,6 @@ def reduced_arrays(
     body: list[Stmt],
     launch_index: str,
     kinds: dict[str, Kind],
-    filename: str,
     defs: Definitions = NO_DEFINITIONS,
 ) -> set[str]:
     """Global arrays updated by ``a[j] += v`` at indices iterations may share; these get privatized.
@@ -507,8 +506,8 @@ def reduced_arrays(
         if conflict:
             name = next(iter(a for a in shared if a in _arrays_touched(s)))
             raise KernelSyntaxError(
-                f"{filename}:{shared[name].line}: {name!r} is reduced into with `{name}[j] += ...` at an index other "
-                f"iterations may share, and also {conflict} at line {s.line}; iterations run in any order, so "
+                f"{shared[name].line}: {name!r} is reduced into with `{name}[j] += ...` at an index other "
+                f"iterations may share, and also {conflict} at {s.line}; iterations run in any order, so "
                 "this is a race. Reduce into a separate array, or index the other accesses by the launch index."
             )
     return set(shared)

@@ -20,6 +20,7 @@ import warnings
 from types import TracebackType
 from typing import Any
 
+from pad.kernel.ir import Line
 from pad.kernel.names import ADJOINT, PRIVATE, TANGENT
 
 _state = {"on": os.environ.get("PAD_DEBUG", "") not in ("", "0")}
@@ -69,7 +70,7 @@ def _array(name: str) -> str:
 
 
 def out_of_range(
-    error: IndexError, filename: str, kernel: str, mode: str, sites: list[tuple[int, str]]
+    error: IndexError, kernel: str, mode: str, sites: list[tuple[Line | None, str]]
 ) -> str | None:
     """The message for an IndexError raised by a checked access (``runtime.check_index``), else None.
 
@@ -86,7 +87,7 @@ def out_of_range(
     site, index, shape, at = args
     line, array = sites[site]
     return (
-        f"{filename}:{line}: in {kernel} ({mode}), launch index {at}: index {tuple(index)} is out of range for "
+        f"{line}: in {kernel} ({mode}), launch index {at}: index {tuple(index)} is out of range for "
         f"{_array(array)} of shape {tuple(shape)}"
     )
 

@@ -47,6 +47,7 @@ from pad.kernel.ir import (
     Elem,
     For,
     Kind,
+    Line,
     LocalArray,
     Name,
     Pop,
@@ -117,8 +118,7 @@ class Variant:
     # launch of more than one index, or ''
     race: str = ""
     # PAD_DEBUG: the checked accesses, (source line, array) per site of ``checks.out_of_range``; else None
-    sites: list[tuple[int, str]] | None = None
-    filename: str = ""
+    sites: list[tuple[Line | None, str]] | None = None
 
 
 def cache_dir() -> Path:
@@ -180,7 +180,7 @@ def build(
     call) one variant of kernel ``fn``; ``checked``: every array access bounds-checked (``pad.kernel.checks``)."""
     k = analyse(fn, kinds, active)
     name = f"{fn.__name__}_{mode}" + ("_cuda" if target == "cuda" else "")
-    launcher = Launcher(name, list(k.params), filename=k.low.filename)
+    launcher = Launcher(name, list(k.params), quotes=True)
     launcher.locals = [s for s in walk(k.low.body) if isinstance(s, LocalArray)]
     # The arrays a CPU launcher privatizes: reduced into (primal, tangent), or read at shared indices (adjoint).
     touched = k.reduced if mode in ("primal", "tangent") else _shared_reads(k) - k.stored
@@ -215,7 +215,7 @@ def analyse(fn: Callable[..., Any], kinds: list[Kind], active: tuple[bool, ...])
     low = lower_kernel(fn, kinds)
     launch_index, params = low.params[0], low.params[1:]
     low.body, types = infer_types(low.body, low.kinds)
-    check_types(low.body, types, low.kinds, low.filename)
+    check_types(low.body, types, low.kinds)
     active_inputs = {p for p, a in zip(params, active, strict=True) if a}
     act = useful(low.body, activity(low.body, types, active_inputs, low.kinds), low.kinds)
     defs = definitions(low.body, launch_index, low.kinds)
@@ -226,8 +226,8 @@ def analyse(fn: Callable[..., Any], kinds: list[Kind], active: tuple[bool, ...])
         types=types,
         act=act,
         defs=defs,
-        reduced=reduced_arrays(low.body, launch_index, low.kinds, low.filename, defs),
-        race=racing_store(low.body, launch_index, low.kinds, low.filename, defs, fn.__name__),
+        reduced=reduced_arrays(low.body, launch_index, low.kinds, defs),
+        race=racing_store(low.body, launch_index, low.kinds, defs, fn.__name__),
         loaded=loaded_arrays(low.body),
         stored=stored_arrays(low.body),
         overwrites=overwritten_arrays(low.body, launch_index, low.kinds),
@@ -309,7 +309,6 @@ def _variant(k: Analysed, t: Transformed, mode: str, target: str, checked: bool)
         else {},
         race=k.race,
         sites=[] if checked else None,
-        filename=k.low.filename if checked else "",
     )
 
 

@@ -14,6 +14,7 @@ from pad.kernel.ir import (
     Expr,
     For,
     If,
+    Line,
     Lit,
     Name,
     Namer,
@@ -71,7 +72,7 @@ def _norm_block(stmts: list[Stmt], flags: _Flags, results: list[Name], namer: Na
     return out
 
 
-def _guard(flags: list[str], body: list[Stmt], namer: Namer, line: int) -> list[Stmt]:
+def _guard(flags: list[str], body: list[Stmt], namer: Namer, line: Line | None) -> list[Stmt]:
     """``if not (f1 or f2 ...): body``."""
     stmts: list[Stmt] = []
     cond: Expr = Name(flags[0])

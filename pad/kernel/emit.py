@@ -29,6 +29,7 @@ from pad.kernel.ir import (
     For,
     If,
     Kind,
+    Line,
     Lit,
     LocalArray,
     Name,
@@ -99,13 +100,13 @@ class Printer:
     versions: dict[str, str] = field(default_factory=dict)
     defined: set[str] = field(default_factory=set)
     # PAD_DEBUG (pad.kernel.checks): every access checked; site k of ``sites`` is (source line, array)
-    sites: list[tuple[int, str]] | None = None
-    line: int = 0  # the source line of the statement being printed
+    sites: list[tuple[Line | None, str]] | None = None
+    line: Line | None = None  # the source line of the statement being printed
     launch_index: str = "0"
-    # The kernel's source file: each block of statements from one of its lines is printed under that line,
-    # as a comment (``# k.py:5  y[i] = ...``)
-    filename: str = ""
-    shown: int = 0  # the line of the last such comment
+    # Each block of statements from one source line is printed under that line, as a comment
+    # (``# k.py:5  y[i] = ...``; an inlined helper's lines name its own file)
+    quotes: bool = False
+    shown: Line | None = None  # the line of the last such comment
 
     def define(self, name: str) -> str:
         """The name to print for a new definition of scalar ``name``."""
@@ -202,9 +203,10 @@ class Printer:
         pad = "    " * indent
         for s in stmts:
             self.line = s.line
-            if self.filename and s.line and s.line != self.shown and not isinstance(s, LocalArray):
-                text = linecache.getline(self.filename, s.line).strip()
-                self.lines.append(f"{pad}# {os.path.basename(self.filename)}:{s.line}  {text}".rstrip())
+            if self.quotes and s.line and s.line != self.shown and not isinstance(s, LocalArray):
+                file, number = s.line.file, s.line.number
+                text = linecache.getline(file, number).strip()
+                self.lines.append(f"{pad}# {os.path.basename(file)}:{number}  {text}".rstrip())
                 self.shown = s.line
             if isinstance(s, Assign):
                 value = self.expr(s.value, self.type_of(s.target), 0)
@@ -301,7 +303,7 @@ class Launcher:
     # Reverse mode: shadows whose seeds the chunk sets to zero after a block of launch indices, at
     # ``index + offset`` (``Reverse.cleared``).
     clears: list[tuple[str, int]] = field(default_factory=list)
-    filename: str = ""  # the kernel's source file, whose lines are printed above their code
+    quotes: bool = False  # print each block of code under the source line it comes from
 
 
 def _names(stmts: list[Stmt]) -> Counter[str]:
@@ -353,14 +355,14 @@ def launcher_source(
     kinds: dict[str, Kind],
     init: list[str],
     fastmath: bool,
-    sites: list[tuple[int, str]] | None = None,
+    sites: list[tuple[Line | None, str]] | None = None,
 ) -> str:
     """The Python source of a ``@njit(parallel=True)`` launcher running ``body`` for every launch index.
 
     With ``sites`` (PAD_DEBUG), every access is checked (one site per access is appended to ``sites``) and
     the chunks run one after another: an error raised in a ``prange`` loop would be lost."""
     p = Printer(types, kinds, sized_stacks=launcher.stack is not None, sites=sites, launch_index=launch_index)
-    p.filename = launcher.filename
+    p.quotes = launcher.quotes
     p.renamable = _renamable(body, launch_index)
     args = ", ".join([*head("cpu", launcher.planned), *launcher.params, *launcher.extras])
     # One chunk's work is a plain njit function that the parallel launcher calls: numba's parfor passes
@@ -648,7 +650,7 @@ def cuda_kernel_source(
     varying: set[str],
     share_loops: bool = True,
     adjoint: bool = False,
-    sites: list[tuple[int, str]] | None = None,
+    sites: list[tuple[Line | None, str]] | None = None,
 ) -> tuple[str, bool]:
     """The Python source of a ``@cuda.jit`` kernel running ``body`` for one launch index per thread, or per
     group of ``_G`` threads where its innermost sum loops can be shared (:func:`split_loops`): a launch of few
@@ -666,7 +668,7 @@ def cuda_kernel_source(
     offsets = launch_offsets(body, launch_index)
     tiles = _tiled(body, atomic, offsets, kinds) if sites is None else {}  # PAD_DEBUG: each add checked
     p = CudaPrinter(types, kinds, varying=varying, ranks=ranks, atomic=atomic, tiles=tiles, offsets=offsets)
-    p.sites, p.launch_index, p.filename = sites, launch_index, launcher.filename
+    p.sites, p.launch_index, p.quotes = sites, launch_index, launcher.quotes
     p.sized_stacks = launcher.stack is not None
     p.renamable = _renamable(body, launch_index)
     uses_tape = any(isinstance(s, (Push, Pop)) for s in walk(body))

@@ -32,6 +32,7 @@ from pad.kernel.ir import (
     If,
     KernelSyntaxError,
     Kind,
+    Line,
     Lit,
     LocalArray,
     Name,
@@ -78,8 +79,8 @@ class Source:
             msg += f"; {instead}"
         return KernelSyntaxError(msg)
 
-    def line(self, node: ast.AST) -> int:
-        return self.first_line + getattr(node, "lineno", 1)
+    def line(self, node: ast.AST) -> Line:
+        return Line(self.filename, self.first_line + getattr(node, "lineno", 1))
 
 
 _AUGOPS = {
@@ -240,7 +241,7 @@ class Lowering:
         what, instead = _UNSUPPORTED.get(type(node), (f"the expression {ast.unparse(node)}", ""))
         raise src.error(node, f"{what} is not supported in kernels", instead)
 
-    def emit(self, out: list[Stmt], value: Expr, line: int) -> Name:
+    def emit(self, out: list[Stmt], value: Expr, line: Line) -> Name:
         t = self.temp()
         out.append(Assign(t, value, line=line))
         return Name(t)
@@ -619,7 +620,7 @@ class Lowering:
             )
 
     def assign_from(
-        self, scope: Scope, target: ast.expr, value: ast.expr, out: list[Stmt], line: int
+        self, scope: Scope, target: ast.expr, value: ast.expr, out: list[Stmt], line: Line
     ) -> None:
         src = scope.src
         if isinstance(value, ast.Call) and _is_local_array(self.callee_object(scope, value)):
@@ -653,7 +654,7 @@ class Lowering:
                 return None
         return None
 
-    def assign(self, scope: Scope, target: ast.expr, atoms: list[Expr], out: list[Stmt], line: int) -> None:
+    def assign(self, scope: Scope, target: ast.expr, atoms: list[Expr], out: list[Stmt], line: Line) -> None:
         src = scope.src
         if isinstance(target, ast.Name):
             if target.id in scope.arrays:
@@ -816,7 +817,7 @@ class Lowering:
             stop = Name(t)
         out.append(For(k, Lit(0), stop, Lit(1), body, line=line))
 
-    def local_array(self, scope: Scope, name: str, node: ast.Call, out: list[Stmt], line: int) -> None:
+    def local_array(self, scope: Scope, name: str, node: ast.Call, out: list[Stmt], line: Line) -> None:
         src = scope.src
         if (
             not node.args

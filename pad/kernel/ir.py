@@ -169,9 +169,20 @@ def arrays_in(e: Expr) -> Iterator[str]:
 
 
 # ---------------------------------------------------------------------------------------------- statements
+@dataclass(frozen=True)
+class Line:
+    """Where a statement comes from: a line of a source file (an inlined helper's are in its own file)."""
+
+    file: str
+    number: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.number}"
+
+
 @dataclass
 class Stmt:
-    line: int = field(default=0, kw_only=True)
+    line: Line | None = field(default=None, kw_only=True)
 
 
 @dataclass

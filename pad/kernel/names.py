@@ -3,7 +3,8 @@
 Generated names start with an underscore (a kernel's own variables that do must be renamed ``_u<name>`` by
 the frontend): a derivative is its variable's name behind a prefix (``_b_y``, the adjoint of ``y``), and
 temporaries are ``_<stem><count>`` (``ir.Namer``) until ``readable`` names them after what they hold
-(``x_i`` for ``x[i]``, ``sin_x`` for ``math.sin(x_i)``).
+(``x_i`` for ``x[i]``, ``sin_x`` for ``math.sin(x_i)``, ``a_times_b`` for ``a * b``, ``y_i_new`` for the
+value stored into ``y[i]``), and so are their adjoints (``_b_y_i_new``).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import re
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from pad.kernel.ir import Assign, Call, Elem, Expr, Lit, Name, Stmt, walk
+from pad.kernel.ir import Assign, Call, Elem, Expr, Lit, Name, Stmt, Store, walk
 from pad.kernel.rules import RULES
 
 ADJOINT = "_b_"  # the adjoint (shadow) of a variable or array
@@ -72,14 +73,16 @@ RESERVED = frozenset({"math", "np", "cuda", "njit", "prange", "numba"})
 
 def readable(source: list[Stmt], taken: Iterable[str]) -> dict[str, str]:
     """Names for the temporaries of the lowered kernel ``source`` after what they hold: ``x_i`` for
-    ``x[i]``, ``sin_x`` for ``math.sin`` of it; none where the value is arithmetic (its line shows it).
-    A name in ``taken`` or ``RESERVED``, or given before, gets a suffix (``y_i_2``)."""
+    ``x[i]``, ``sin_x`` for ``math.sin`` of it, ``x_i_minus_x_j`` for ``x[i] - x[j]``; else, for the value a
+    statement stores, ``y_i_new`` (into ``y[i]``) or ``v_new`` (into ``v``); none for longer arithmetic (its
+    line shows it). A name in ``taken`` or ``RESERVED``, or given before, gets a suffix (``y_i_2``)."""
     defs = {s.target: s.value for s in walk(source) if isinstance(s, Assign) and _TEMPORARY.match(s.target)}
+    stored = _stored(source)
     used = set(taken) | RESERVED
     out: dict[str, str] = {}
     for t, value in defs.items():
-        name = _name(value, defs)
-        if name is None:
+        name = next((n for n in (_name(value, defs), stored.get(t)) if n and n.isidentifier()), None)
+        if name is None:  # nothing to call it by, or a name that is no identifier (``2_times_x``)
             continue
         unique, k = name, 1
         while unique in used:
@@ -90,14 +93,62 @@ def readable(source: list[Stmt], taken: Iterable[str]) -> dict[str, str]:
     return out
 
 
+def _stored(source: list[Stmt]) -> dict[str, str]:
+    """The temporaries whose values a statement stores, named after where: ``y_i_new``, ``v_new``."""
+    out: dict[str, str] = {}
+    for s in walk(source):
+        if isinstance(s, Store) and not s.accumulate:
+            where, value = _name(Elem(s.array, s.index), {}), s.value
+        elif isinstance(s, Assign) and isinstance(s.value, Call) and s.value.op == "copy":
+            where, value = (None if s.target.startswith("_") else s.target), s.value.args[0]
+        else:
+            continue
+        if where is not None and isinstance(value, Name):
+            out.setdefault(value.id, f"{where}_new")
+    return out
+
+
 def _name(value: Expr, defs: dict[str, Expr]) -> str | None:
     if isinstance(value, Elem):
         index = [_index(x) for x in value.index]
         return None if None in index else f"{value.array}_{''.join(index)}"  # type: ignore[arg-type]
+    if isinstance(value, Call) and value.op in _OPERATORS:
+        words = [_operand(a, defs) for a in value.args]
+        if None in words:
+            return None
+        if len(words) == 1:
+            return f"{_OPERATORS[value.op]}_{words[0]}"
+        return f"{words[0]}_{_OPERATORS[value.op]}_{words[1]}"
     if isinstance(value, Call) and RULES[value.op].template[:1].isalpha() and value.op not in _UNNAMED:
         stem = _stem(value.args[0], defs)
         return None if stem is None else f"{value.op}_{stem}"
     return None
+
+
+# Operators named in words between their operands' names (``a_times_b``), or before their one (``neg_x``).
+_OPERATORS = {
+    "add": "plus",
+    "sub": "minus",
+    "mul": "times",
+    "div": "over",
+    "neg": "neg",
+    **{op: op for op in ("lt", "le", "gt", "ge", "eq", "ne")},
+}
+
+
+def _operand(e: Expr, defs: dict[str, Expr]) -> str | None:
+    """What an operand is called in an operator's name: a variable's name, an array element's (``x_i``), a
+    function's result's (``sin_x``), a plain number's digits (``0_5``); none for an operator's result (the
+    name would grow with the expression)."""
+    if isinstance(e, Lit):
+        digits = str(e.value)
+        return digits.replace(".", "_") if re.fullmatch(r"\d+(\.\d+)?", digits) else None
+    if not isinstance(e, Name):
+        return None
+    if e.id not in defs:
+        return None if e.id.startswith("_") else e.id
+    value = defs[e.id]
+    return None if isinstance(value, Call) and value.op in _OPERATORS else _name(value, defs)
 
 
 def _index(e: Expr) -> str | None:

@@ -35,7 +35,7 @@ from pad.kernel.ir import (
 
 
 def racing_store(
-    body: list[Stmt], launch_index: str, kinds: dict[str, Kind], filename: str, defs: Definitions, kernel: str
+    body: list[Stmt], launch_index: str, kinds: dict[str, Kind], defs: Definitions, kernel: str
 ) -> str:
     """The message refusing the first unguarded plain store at an index every launch index shares, or ''."""
     written = {s.array for s in walk(body) if isinstance(s, Store)}
@@ -77,7 +77,7 @@ def racing_store(
             if isinstance(s, Store) and not s.accumulate and not guarded:
                 kind = kinds.get(s.array)
                 if isinstance(kind, ArrayKind) and not kind.local and not any(varies(x) for x in s.index):
-                    found = _message(filename, s, kernel, launch_index)
+                    found = _message(s, kernel, launch_index)
             elif isinstance(s, If):
                 writer = one_writer(s.cond)
                 found = visit(s.body, guarded or writer is True) or visit(
@@ -92,9 +92,9 @@ def racing_store(
     return visit(body, False)
 
 
-def _message(filename: str, s: Store, kernel: str, launch_index: str) -> str:
+def _message(s: Store, kernel: str, launch_index: str) -> str:
     return (
-        f"{filename}:{s.line}: in {kernel}: every launch index stores to the same element of {s.array!r} "
+        f"{s.line}: in {kernel}: every launch index stores to the same element of {s.array!r} "
         f"(its index does not vary with {launch_index}), and they run in any order: the result and its "
         f"derivative would be a race. Write `{s.array}[...] += value` to sum the indices' values, or let one "
         f"index store: `if {launch_index} == 0:` (a launch of one index may store anywhere)"

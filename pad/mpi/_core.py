@@ -79,10 +79,10 @@ class Comm:
         self._born_in: Any = None  # weak reference to the autodiff context that created it, if any
         self._free_pending = False
 
-    def wire(self, stage: str, op: str, adj: str = "", private: bool = True) -> Wire:
+    def wire(self, stage: str, op: str, adj: str = "", private: bool = True, tag: int | None = None) -> Wire:
         """This communicator's private one (``private=False``: the user's), accounting for its calls as
-        made by op ``op`` in ``stage`` (``Wire``)."""
-        return Wire(self, self.private if private else self.mpi, stage, op, adj)
+        made by op ``op`` in ``stage`` (``Wire``); ``tag``: an adjoint message's, its primal's tag."""
+        return Wire(self, self.private if private else self.mpi, stage, op, adj, tag=tag)
 
     @property
     def rank(self) -> int:
@@ -411,13 +411,6 @@ def current_phase(ctx: tape.Context | None) -> str:
     return "plain" if ctx is None else phase(ctx)
 
 
-def note(
-    comm: Comm, phase: str, call: str, where: str, tag: int | None, nbytes: int, op: str, adj: str = ""
-) -> None:
-    """Account for one MPI call (see :mod:`pad.mpi._wire`)."""
-    _wire.note(comm._rank, phase, call, where, tag, nbytes, op, adj)
-
-
 def _input(sendbuf: Any, recvbuf: Any) -> Any:
     """What a collective reduces or scans: ``recvbuf`` under IN_PLACE, else ``sendbuf``."""
     return recvbuf if sendbuf is IN_PLACE else sendbuf
@@ -444,17 +437,47 @@ RECEIVES: dict[str, tuple[int | None, Callable[..., int]]] = {
 }
 
 
+# Per point-to-point MPI call: the positions of what it sends (buffer, destination, tag) and of what it
+# receives (buffer, source, tag) among its arguments (mpi4py's order), and of its status.
+MESSAGES: dict[str, tuple[tuple[int, int, int] | None, tuple[int, int, int] | None, int | None]] = {
+    "Send": ((0, 1, 2), None, None),
+    "Isend": ((0, 1, 2), None, None),
+    "Recv": (None, (0, 1, 2), 3),
+    "Irecv": (None, (0, 1, 2), None),
+    "Sendrecv": ((0, 1, 2), (3, 4, 5), 6),
+}
+
+
 class Wire:
-    """An mpi4py communicator of ``comm`` whose collective calls account for themselves (``pad.mpi.stats``,
-    ``PAD_MPI_DEBUG``) as made by pad op ``op`` in ``stage`` (with adjoint ``adj``): where the call goes and
-    the bytes this rank receives come from its arguments (``RECEIVES``), not from the op."""
+    """An mpi4py communicator of ``comm`` whose calls account for themselves (``pad.mpi.stats``,
+    ``PAD_MPI_DEBUG``) as made by pad op ``op`` in ``stage`` (with adjoint ``adj``), from their arguments:
+    a collective's root and the bytes this rank receives (``RECEIVES``); a message's peers and tag
+    (``MESSAGES``; ``tag``, where given, instead: an adjoint message is logged under its primal's).
+
+    A message on the user's communicator is logged when it arrives, from its status (a wildcard receive's
+    source and tag, a partial one's size; a non-blocking receive returns a :class:`Request` that logs it
+    when waited); pad's own messages, whose sizes ``checked`` enforces, when they are made. In fwddiff
+    (``carry``: the context) each message carries its buffer's tangent too, received into a joined buffer
+    and split after; the log counts the value's part.
+    """
 
     def __init__(
-        self, comm: Comm, mpi: Any, stage: str, op: str, adj: str = "", where: str | None = None
+        self,
+        comm: Comm,
+        mpi: Any,
+        stage: str,
+        op: str,
+        adj: str = "",
+        where: str | None = None,
+        tag: int | None = None,
+        carry: tape.Context | None = None,
     ) -> None:
         self.comm, self.mpi, self.stage, self.op, self.adj, self.where = comm, mpi, stage, op, adj, where
+        self.tag, self.carry = tag, carry
 
-    def __getattr__(self, call: str) -> Callable[..., None]:
+    def __getattr__(self, call: str) -> Callable[..., Any]:
+        if call in MESSAGES:
+            return functools.partial(self._message, call)
         at, receives = RECEIVES[call]
         method = getattr(self.mpi, call)
 
@@ -463,9 +486,62 @@ class Wire:
             root = None if at is None else args[at]
             where = self.where if self.where is not None else "" if root is None else f"root {root}"
             nbytes = receives(self.mpi.Get_rank(), self.mpi.Get_size(), root, *args)
-            note(self.comm, self.stage, call, where, None, nbytes, self.op, self.adj)
+            _wire.note(self.comm.rank, self.stage, call, where, None, nbytes, self.op, self.adj)
 
         return logged
+
+    def _message(self, call: str, *given: Any) -> Any:
+        """Make point-to-point ``call`` with mpi4py's arguments ``given``, and log it (see the class)."""
+        sends, receives, at = MESSAGES[call]
+        args = list(given) + [None] * (0 if at is None else at + 1 - len(given))
+        if at is not None and args[at] is None:
+            args[at] = MPI.Status()  # it says what arrived
+        ours = self.mpi is not self.comm.mpi  # pad's own message: logged when made
+        sent = list(args)
+        into: tuple[np.ndarray, np.ndarray, np.ndarray | None] | None = None
+        if self.carry is not None:
+            if sends is not None:
+                x = args[sends[0]]
+                sent[sends[0]] = joined(x, shadow(self.carry, x), False)
+            if receives is not None:
+                y = args[receives[0]]
+                dy = shadow(self.carry, y)
+                sent[receives[0]] = joined(y, dy, True)
+                into = (sent[receives[0]], y, dy)
+        result = getattr(self.mpi, call)(*sent)
+
+        def arrived(status: Any) -> None:
+            if into is not None:
+                split(*into, status)
+            self._log(call, args, status)
+
+        if receives is None or ours:
+            self._log(call, args, None)
+        elif at is not None:
+            arrived(args[at])
+        else:
+            return Request([result], [lambda statuses: arrived(statuses[0])])
+        return result
+
+    def _log(self, call: str, args: list[Any], status: Any) -> None:
+        """Account for a point-to-point call, from its status where given (what arrived), else from its
+        arguments."""
+        sends, receives, _ = MESSAGES[call]
+        peers = [] if sends is None else [f"-> {args[sends[1]]}"]
+        tag, nbytes = None if sends is None else args[sends[2]], 0
+        if receives is not None:
+            buf, source, tag_at = receives
+            peers.append(f"<- {args[source] if status is None else status.Get_source()}")
+            tag = tag if tag is not None else args[tag_at] if status is None else status.Get_tag()
+            nbytes = _nbytes(args[buf]) if status is None else status.Get_count(MPI.BYTE)
+        tag = self.tag if self.tag is not None else tag
+        _wire.note(self.comm.rank, self.stage, call, " ".join(peers), tag, nbytes, self.op, self.adj)
+
+
+def messages(comm: Comm, ctx: tape.Context, op: str, adj: str) -> Wire:
+    """The user's communicator, for point-to-point op ``op`` (whose adjoint calls ``adj``): its calls log
+    themselves; in fwddiff each message carries its buffer's tangent."""
+    return Wire(comm, comm.mpi, phase(ctx), op, adj, carry=None if ctx.reverse_mode else ctx)
 
 
 def _recorded(comm: Comm, name: str, method: Any, args: tuple, kwargs: dict, cupy: bool) -> None:

@@ -1,9 +1,10 @@
 """Every transfer pad makes inside ``autodiff``/``fwddiff``: debug log, byte counters and traces; and, in
 every phase, the time spent in pad.mpi and the bytes of device buffers staged through host memory.
 
-Ops call :func:`note` once per MPI call they make. The byte count of a call is the payload this rank
-receives *from other ranks* by the op's semantics (a rank's own block is not counted, nor are the tiny
-consistency checks), so the count is independent of the algorithm MPI picks and a transpose moves exactly
+Each MPI call an op makes through a ``Wire`` (``pad.mpi._core``) calls :func:`note` once, with what the
+call's arguments and status say. The byte count of a call is the payload this rank receives *from other
+ranks* by the op's semantics (a rank's own block is not counted, nor are the tiny consistency checks), so
+the count is independent of the algorithm MPI picks and a transpose moves exactly
 what its forward moved: summed over ranks, Bcast's ``(size-1)*n`` equals its adjoint Reduce's.
 
 Phases: ``plain`` (calls outside ``autodiff``/``fwddiff``, counted but not their payload), ``forward``

@@ -27,14 +27,11 @@ from pad.mpi._core import (
     checked,
     flat,
     incoming,
-    joined,
-    note,
+    messages,
     outgoing,
     pair_tag,
-    phase,
     register,
     shadow,
-    split,
     state,
     used,
 )
@@ -58,12 +55,11 @@ def isend(comm: Comm, ctx: tape.Context, buf: Any, dest: int, tag: int = 0) -> R
     reverse of the Wait posts an Irecv of the receiver's shadow; the reverse of the Isend waits for it and
     adds it to ``buf``'s shadow."""
     x = as_array(buf)
-    dx = shadow(ctx, x)
-    note(comm, phase(ctx), "Isend", f"-> {dest}", tag, 0, "Isend", "Irecv")
+    req = messages(comm, ctx, "Isend", "Irecv").Isend(x, dest, tag)
     what = f"Isend -> {dest} tag {tag}"
     if not ctx.reverse_mode:
-        return _track(ctx, Request([comm.mpi.Isend(joined(x, dx, False), dest, tag)]), what)
-    req = comm.mpi.Isend(x, dest, tag)
+        return _track(ctx, Request([req]), what)
+    dx = shadow(ctx, x)
     ptag = pair_tag(ctx, comm, "send", dest, tag)
     got: Any = None
     adjoint: Any = None
@@ -72,8 +68,7 @@ def isend(comm: Comm, ctx: tape.Context, buf: Any, dest: int, tag: int = 0) -> R
         nonlocal adjoint, got
         got = incoming(dx)
         arrays.synchronize(got)  # a device buffer handed to MPI: its memory's earlier work done
-        adjoint = comm.private.Irecv(got, dest, ptag)
-        note(comm, "reverse", "Irecv", f"<- {dest}", tag, got.nbytes, "Isend")
+        adjoint = comm.wire("reverse", "Isend", tag=tag).Irecv(got, dest, ptag)
 
     def isend_reverse() -> None:
         checked(adjoint.Wait, got, "adjoint of Isend", dest)
@@ -92,12 +87,14 @@ def irecv(comm: Comm, ctx: tape.Context, buf: Any, source: int = ANY_SOURCE, tag
     x = as_array(buf)
     ctx.will_write([x])
     arrays.synchronize(x)  # a device buffer handed to MPI: the copy the tape keeps of it taken first
+    req = messages(comm, ctx, "Irecv", "Isend").Irecv(x, source, tag)  # logs itself when it completes
+    what = f"Irecv <- {source} tag {tag}"
+    if not ctx.reverse_mode:
+        return _track(ctx, req, what)
     dx = shadow(ctx, x)
-    both = x if ctx.reverse_mode else joined(x, dx, True)
-    req = comm.mpi.Irecv(both, source, tag)
     # a receive naming its source and tag is numbered when posted (the order MPI matches it in); a
     # wildcard receive when it completes
-    known = ctx.reverse_mode and source != ANY_SOURCE and tag != ANY_TAG
+    known = source != ANY_SOURCE and tag != ANY_TAG
     ptag = pair_tag(ctx, comm, "recv", source, tag) if known else 0
     part: np.ndarray | None = None
     adjoint: Any = None
@@ -105,30 +102,25 @@ def irecv(comm: Comm, ctx: tape.Context, buf: Any, source: int = ANY_SOURCE, tag
     def complete(statuses: list[Any]) -> None:
         nonlocal part, ptag
         st = statuses[0]
-        if both is not x:
-            split(both, x, dx, st)
         src, tg = st.Get_source(), st.Get_tag()
-        note(comm, phase(ctx), "Irecv", f"<- {src}", tg, st.Get_count(MPI.BYTE), "Irecv", "Isend")
-        if ctx.reverse_mode:
-            part = None if dx is None else flat(dx, st.Get_count(MPI.BYTE) // x.itemsize)
-            if not known:
-                ptag = pair_tag(ctx, comm, "recv", src, tg)
-            ctx.record(Adjoint(lambda: wait_reverse(src, tg)))
+        part = None if dx is None else flat(dx, st.Get_count(MPI.BYTE) // x.itemsize)
+        if not known:
+            ptag = pair_tag(ctx, comm, "recv", src, tg)
+        ctx.record(Adjoint(lambda: wait_reverse(src, tg)))
 
     def wait_reverse(src: int, tg: int) -> None:
         nonlocal adjoint
         arrays.synchronize(outgoing(part))  # the adjoint kernels that summed into it done
-        adjoint = comm.private.Isend(outgoing(part), src, ptag)
-        note(comm, "reverse", "Isend", f"-> {src}", tg, 0, "Irecv")
+        adjoint = comm.wire("reverse", "Irecv", tag=tg).Isend(outgoing(part), src, ptag)
 
     def irecv_reverse() -> None:
         adjoint.Wait()
         if part is not None:
             part[...] = 0
 
-    if ctx.reverse_mode:
-        ctx.record(Adjoint(irecv_reverse))
-    return _track(ctx, Request([req], [complete]), f"Irecv <- {source} tag {tag}")
+    ctx.record(Adjoint(irecv_reverse))
+    req._then.append(complete)
+    return _track(ctx, req, what)
 
 
 @tape.on_forward_end

@@ -70,7 +70,7 @@ def _run(variant: Variant, n: int, args: tuple, extras: Any = (), shadows: Any =
     except IndexError as e:  # PAD_DEBUG: a checked access out of range
         if variant.sites is None:
             raise
-        message = checks.out_of_range(e, variant.filename, variant.kernel, variant.mode, variant.sites)
+        message = checks.out_of_range(e, variant.kernel, variant.mode, variant.sites)
         if message is None:
             raise
         raise IndexError(message) from None

@@ -126,3 +126,60 @@ def test_the_transport_of_device_buffers_is_asked_of_the_mpi_library(monkeypatch
     monkeypatch.setenv("PAD_MPI_CUDA_AWARE", "yes")
     with pytest.raises(ValueError, match="PAD_MPI_CUDA_AWARE must be 0 or 1, not 'yes'"):
         pad.mpi.transport()
+
+
+def _p2p_program(comm):
+    """A chain of Send/Recv (a wildcard receive filling part of its buffer), an Isend/Irecv ring and a
+    Sendrecv ring."""
+    r, p = comm.rank, comm.size
+
+    def f(x, y, z, w):
+        if r > 0:
+            comm.Recv(y, pad.mpi.ANY_SOURCE, pad.mpi.ANY_TAG)
+        if r < p - 1:
+            comm.Send(x, r + 1, 3)
+        pad.mpi.Request.Waitall([comm.Irecv(w, (r - 1) % p, 5), comm.Isend(z, (r + 1) % p, 5)])
+        comm.Sendrecv(z, (r + 1) % p, 6, w, (r - 1) % p, 6)
+
+    return f, (np.ones(3), np.zeros(5), np.ones(2), np.zeros(2))
+
+
+def _p2p_log(comm, phase):
+    """The log entries of ``_p2p_program`` on this rank in ``phase``: (call, where, tag, bytes, op, adjoint)."""
+    r, p = comm.rank, comm.size
+    nxt, prv = (r + 1) % p, (r - 1) % p
+    if phase == "reverse":
+        return [
+            ("Sendrecv", f"-> {prv} <- {nxt}", 6, 16, "Sendrecv", ""),
+            ("Irecv", f"<- {nxt}", 5, 16, "Isend", ""),
+            ("Isend", f"-> {prv}", 5, 0, "Irecv", ""),
+            *([("Recv", f"<- {r + 1}", 3, 24, "Send", "")] if r < p - 1 else []),
+            *([("Send", f"-> {r - 1}", 3, 0, "Recv", "")] if r > 0 else []),
+        ]
+    return [
+        *([("Recv", f"<- {r - 1}", 3, 24, "Recv", "Send")] if r > 0 else []),
+        *([("Send", f"-> {r + 1}", 3, 0, "Send", "Recv")] if r < p - 1 else []),
+        ("Isend", f"-> {nxt}", 5, 0, "Isend", "Irecv"),
+        ("Irecv", f"<- {prv}", 5, 16, "Irecv", "Isend"),
+        ("Sendrecv", f"-> {nxt} <- {prv}", 6, 16, "Sendrecv", "Sendrecv"),
+    ]
+
+
+@pytest.mark.parametrize("mode", ["autodiff", "fwddiff"])
+def test_point_to_point_log_entries(comm, everywhere, mode):
+    """Each point-to-point call logs where it went, its tag and the bytes that arrived (a receive's from
+    its status: a wildcard's source and tag, a partial receive's size; in fwddiff the value's part of a
+    message that carries the tangent too); each adjoint call logs its primal's tag."""
+    f, values = _p2p_program(comm)
+    run = pad.autodiff if mode == "autodiff" else pad.fwddiff
+    with pad.mpi.trace() as events:
+        run(f, *(pad.Dup(v, np.ones_like(v)) for v in values))
+    got = {
+        phase: [(e.call, e.where, e.tag, e.nbytes, e.op, e.adjoint) for e in events if e.phase == phase]
+        for phase in ("forward", "reverse", "tangent")
+    }
+    if mode == "autodiff":
+        want = {"forward": _p2p_log(comm, "forward"), "reverse": _p2p_log(comm, "reverse"), "tangent": []}
+    else:
+        want = {"forward": [], "reverse": [], "tangent": _p2p_log(comm, "tangent")}
+    assert everywhere(got == want), (got, want)

@@ -29,6 +29,7 @@ def _args(name: str) -> tuple:
         "pairs": (pad.Dup(x, x.copy()), pad.Dup(y, y.copy()), 0.5),
         "branch": (pad.Dup(x, x.copy()), pad.Dup(y, y.copy())),
         "scatter": (pad.Active(2.0), pad.Dup(x, x.copy()), CELLS, pad.Dup(y, y.copy())),
+        "helped": (pad.Dup(x, x.copy()), pad.Dup(y, y.copy())),
     }[name]
 
 
@@ -40,6 +41,7 @@ CASES = [
     ("pairs", "adjoint", "cpu"),
     ("branch", "adjoint", "cpu"),
     ("scatter", "adjoint", "cpu"),
+    ("helped", "adjoint", "cpu"),
 ]
 
 
@@ -66,7 +68,18 @@ def test_the_readme_kernels_adjoint_reads_like_its_source() -> None:
     lines = source.splitlines()
     start = next(k for k, line in enumerate(lines) if line.strip().startswith("# kernels.py:"))
     body = lines[start + 1 : next(k for k, line in enumerate(lines) if "_acc_b_a +=" in line)]
-    assert lines[start].strip() == "# kernels.py:10  y[i] = a * math.sin(x[i]) + y[i] * y[i]"
+    assert lines[start].strip() == "# kernels.py:11  y[i] = a * math.sin(x[i]) + y[i] * y[i]"
     assert "y[i] = a * sin_x + y_i * y_i_2" in (line.strip() for line in body)
     assert len(body) <= 11
     assert not any(line.strip().endswith("= 0.0") and "[" not in line for line in body)
+
+
+def test_a_helpers_lines_are_quoted_from_its_own_file() -> None:
+    """The code of a helper defined in another file than the kernel sits under the helper's lines, named
+    by the helper's file; the kernel's line that calls it is named by the kernel's."""
+    comments = [line.strip() for line in _shown("helped", "primal", "cpu").splitlines() if ".py:" in line][1:]
+    assert comments == [
+        "# kernels.py:39  y[i] = damped(x[i], 0.5)",
+        "# helpers.py:10  return v * math.exp(-rate * v)",
+        "# kernels.py:39  y[i] = damped(x[i], 0.5)",
+    ]

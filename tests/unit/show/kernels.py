@@ -3,6 +3,7 @@
 import math
 
 import pad
+from tests.unit.show.helpers import damped
 
 
 @pad.kernel
@@ -31,3 +32,8 @@ def branch(i, x, y):
 @pad.kernel
 def scatter(i, w, x, cells, y):
     y[cells[i]] += w * x[i]
+
+
+@pad.kernel
+def helped(i, x, y):
+    y[i] = damped(x[i], 0.5)
