@@ -29,6 +29,7 @@ def _args(name: str) -> tuple:
         "pairs": (pad.Dup(x, x.copy()), pad.Dup(y, y.copy()), 0.5),
         "branch": (pad.Dup(x, x.copy()), pad.Dup(y, y.copy())),
         "scatter": (pad.Active(2.0), pad.Dup(x, x.copy()), CELLS, pad.Dup(y, y.copy())),
+        "zones": (pad.Dup(x, x.copy()), 0.3, pad.Dup(y, y.copy())),
     }[name]
 
 
@@ -40,6 +41,7 @@ CASES = [
     ("pairs", "adjoint", "cpu"),
     ("branch", "adjoint", "cpu"),
     ("scatter", "adjoint", "cpu"),
+    ("zones", "adjoint", "cpu"),
 ]
 
 

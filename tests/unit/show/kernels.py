@@ -31,3 +31,14 @@ def branch(i, x, y):
 @pad.kernel
 def scatter(i, w, x, cells, y):
     y[cells[i]] += w * x[i]
+
+
+@pad.kernel(fastmath=True)
+def zones(i, x, k, e):
+    total = 0.0
+    for j in range(x.shape[0]):
+        r = abs(x[i] - x[j])
+        near = r - 0.5
+        far = r - 1.0
+        total += k * (near if near < 0.0 else 0.0) + 2.0 * (far if far < 0.0 else 0.0)
+    e[i] = total
