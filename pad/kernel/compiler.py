@@ -75,7 +75,7 @@ from pad.kernel.names import (
     tan,
     unbuffer,
 )
-from pad.kernel.optimize import converge, privatize, promote, read_first, sink, tidy
+from pad.kernel.optimize import converge, defer_scales, privatize, promote, read_first, sink, tidy
 from pad.kernel.races import racing_store
 from pad.kernel.reverse import Reverse
 from pad.kernel.tangent import Tangent
@@ -314,7 +314,7 @@ def _variant(k: Analysed, t: Transformed, mode: str, target: str, checked: bool)
 
 def _cpu(k: Analysed, t: Transformed, variant: Variant, origin: str, fastmath: bool, checked: bool) -> None:
     """Print ``t`` as a CPU launcher (numba threads) into ``variant.source``."""
-    body, types, init = _readable(t.body, k.low, k.types, t.init, set(t.launcher.accumulators))
+    body, types, init = _readable(t.body, k.low, k.types, t.init, set(t.launcher.accumulators), fastmath)
     imports = "checked, digamma, grown" if checked else "digamma, grown"
     variant.source = MODULE_HEADER.format(origin=origin, imports=imports) + launcher_source(
         t.launcher, k.launch_index, body, types, k.low.kinds, init, fastmath, variant.sites
@@ -328,7 +328,7 @@ def _cuda(k: Analysed, t: Transformed, variant: Variant, origin: str, fastmath: 
     uniform_adds = varying(t.body, k.launch_index, written)
     body = converge(t.body, uniform_adds, k.low.namer, k.types, k.low.kinds)
     body = sink(body, uniform_adds, k.low.namer, k.types, k.low.kinds)
-    body, types, init = _readable(body, k.low, k.types, t.init, set(t.launcher.accumulators))
+    body, types, init = _readable(body, k.low, k.types, t.init, set(t.launcher.accumulators), fastmath)
     source, variant.shares_loops = cuda_kernel_source(
         t.launcher,
         k.launch_index,
@@ -351,12 +351,16 @@ def _cuda(k: Analysed, t: Transformed, variant: Variant, origin: str, fastmath: 
 
 
 def _readable(
-    body: list[Stmt], low: Lowered, types: dict[str, str], init: list[str], keep: set[str]
+    body: list[Stmt], low: Lowered, types: dict[str, str], init: list[str], keep: set[str], fastmath: bool
 ) -> tuple[list[Stmt], dict[str, str], list[str]]:
-    """``body`` tidied (``optimize.tidy``), its temporaries named after what they hold, with the types of
-    the new names, and of ``init`` (the scalars that start a launch index at zero) those still read before
-    they are assigned."""
-    body = tidy(body, keep, Printer(types, low.kinds).type_of)
+    """``body`` tidied (``optimize.tidy``; with ``fastmath``, adjoint shares' common factors deferred by
+    ``optimize.defer_scales``), its temporaries named after what they hold, with the types of the new names,
+    and of ``init`` (the scalars that start a launch index at zero) those still read before they are
+    assigned."""
+    type_of = Printer(types, low.kinds).type_of
+    body = tidy(body, keep, type_of)
+    if fastmath:
+        body = tidy(defer_scales(body), keep, type_of)
     taken = {n for s in walk(body) for e in exprs_of(s) for n in names_in(e)} | assigned(body)
     names = readable(low.body, taken | set(low.kinds) | set(types))
     renamed = {n: Name(rename(n, names)) for n in taken if rename(n, names) != n}

@@ -14,6 +14,7 @@ from pad.kernel.analysis import NO_DEFINITIONS, Definitions, owned, uniform_add_
 from pad.kernel.ir import (
     ArrayKind,
     Assign,
+    Call,
     Expr,
     Fill,
     For,
@@ -38,7 +39,7 @@ from pad.kernel.ir import (
     substitute,
     walk,
 )
-from pad.kernel.names import PRIVATE, base_name, private
+from pad.kernel.names import ADJOINT, PRIVATE, base_name, private
 
 
 def tidy(body: list[Stmt], keep: set[str], type_of: Callable[[str], str]) -> list[Stmt]:
@@ -96,6 +97,145 @@ def tidy(body: list[Stmt], keep: set[str], type_of: Callable[[str], str]) -> lis
         return out
 
     return block(body)
+
+
+def defer_scales(body: list[Stmt]) -> list[Stmt]:
+    """Adjoint shares of one factor summed in a loop body, multiplied by it once where the sum is used.
+
+    The adjoint of ``k1 * (a if a < 0 else 0) + k2 * (b if b < 0 else 0)`` gives each term its share of the
+    incoming adjoint ``g`` (``g * k1``, ``g * k2``), and the guards pass some of them on into one sum: ``g``
+    is multiplied once per term. Where every value such a product reaches (through copies, guarded copies
+    and sums) stays in the body of an innermost loop that does not assign ``g``, the products lose ``g``
+    and each read of those values outside them takes ``g * v`` instead, if that is fewer multiplications.
+    The sums then round differently: for fast-math kernels only, which numba may reassociate anyway.
+    """
+    defs: Counter[str] = Counter()
+    uses: Counter[str] = Counter()
+    for s in walk(body):
+        if isinstance(s, (Assign, Pop)):
+            defs[s.target] += 1
+        for e in exprs_of(s):
+            uses.update(names_in(e))
+
+    def loop_body(stmts: list[Stmt]) -> list[Stmt]:
+        if any(isinstance(x, (For, While)) for x in walk(stmts)):
+            return stmts
+        inner_defs: dict[str, list[Expr]] = {}
+        inner_uses: Counter[str] = Counter()
+        for x in walk(stmts):
+            if isinstance(x, Assign):
+                inner_defs.setdefault(x.target, []).append(x.value)
+            for e in exprs_of(x):
+                inner_uses.update(names_in(e))
+        changing = assigned(stmts)
+        exposed = read_first(stmts, set())
+
+        def local(n: str) -> bool:
+            """A generated adjoint defined and read only here, each iteration assigning it before reading it."""
+            here = defs[n] == len(inner_defs.get(n, [])) and uses[n] == inner_uses[n]
+            return n.startswith(ADJOINT) and here and n not in exposed
+
+        def factor(e: Expr) -> str | None:
+            """``g`` where ``e`` is an adjoint ``g`` that the loop body leaves unchanged (its share: 1)."""
+            if isinstance(e, Name) and e.id.startswith(ADJOINT) and e.id not in changing:
+                return e.id
+            return None
+
+        scale: dict[str, str] = {}  # value -> the factor it carries
+
+        def carried(e: Expr, target: str) -> str | None:
+            """The factor every nonzero value of ``e``, assigned to ``target``, carries, if one does (``""``:
+            none needed; ``target``'s own earlier value carries what its other values do)."""
+            if isinstance(e, Lit) and e.typed and e.value == 0:
+                return ""
+            if isinstance(e, Name):
+                return "" if e.id == target else scale.get(e.id, factor(e))
+            if (
+                isinstance(e, Call)
+                and e.op == "mul"
+                and not any(n.startswith(ADJOINT) for n in names_in(e.args[1]))
+            ):
+                return factor(e.args[0])
+            if isinstance(e, Call) and e.op == "neg":
+                return carried(e.args[0], target)
+            if isinstance(e, Call) and e.op in ("add", "sub"):
+                factors = {carried(a, target) for a in e.args} - {""}
+                if None in factors or len(factors) > 1:
+                    return None
+                return factors.pop() if factors else ""
+            return None
+
+        grown = True
+        while grown:
+            grown = False
+            for n, values in inner_defs.items():
+                if n not in scale and local(n):
+                    factors = {carried(v, n) for v in values} - {""}
+                    f = factors.pop() if len(factors) == 1 else None
+                    if f is not None:
+                        scale[n] = f
+                        grown = True
+
+        def unscaled(e: Expr) -> Expr:
+            """A value of the family of ``scale`` without its factor."""
+            if isinstance(e, Name) and e.id not in scale and factor(e):
+                return Lit(1.0, typed=True)
+            if isinstance(e, Call) and e.op == "mul" and factor(e.args[0]):
+                return e.args[1]
+            if isinstance(e, Call) and e.op in ("add", "sub", "neg"):
+                return Call(e.op, tuple(unscaled(a) for a in e.args))
+            return e
+
+        # Per factor: the multiplications it saves (its products) against those it adds (reads of its family
+        # by other statements).
+        saved: Counter[str] = Counter()
+        added: Counter[str] = Counter()
+        for x in walk(stmts):
+            if isinstance(x, Assign) and x.target in scale:
+                saved[scale[x.target]] += sum(
+                    isinstance(y, Call) and y.op == "mul" for y in _subexprs(x.value)
+                )
+                continue
+            for e in exprs_of(x):
+                added.update(scale[n] for n in names_in(e) if n in scale)
+        chosen = {f for f in saved if added[f] < saved[f]}
+        if not chosen:
+            return stmts
+        moved = {n: call("mul", Name(scale[n]), Name(n)) for n in scale if scale[n] in chosen}
+
+        def expr(e: Expr) -> Expr:
+            return substitute(e, moved)
+
+        def visit(block: list[Stmt]) -> list[Stmt]:
+            out: list[Stmt] = []
+            for x in block:
+                if isinstance(x, Assign) and x.target in moved:
+                    out.append(Assign(x.target, unscaled(x.value), line=x.line))
+                elif isinstance(x, If):
+                    out.append(If(expr(x.cond), visit(x.body), visit(x.orelse), line=x.line))
+                else:
+                    out.append(rewrite([x], expr, lambda n: n)[0])
+            return out
+
+        return visit(stmts)
+
+    def visit(stmts: list[Stmt]) -> list[Stmt]:
+        out = []
+        for s in stmts:
+            s = map_blocks(s, visit)
+            if isinstance(s, For):
+                s = For(s.var, s.start, s.stop, s.step, loop_body(s.body), line=s.line)
+            out.append(s)
+        return out
+
+    return visit(body)
+
+
+def _subexprs(e: Expr) -> list[Expr]:
+    """``e`` and the expressions in it, operands of additions, subtractions and negations followed."""
+    if isinstance(e, Call) and e.op in ("add", "sub", "neg"):
+        return [e, *(y for a in e.args for y in _subexprs(a))]
+    return [e]
 
 
 def _inlinable(

@@ -797,6 +797,37 @@ def _pairwise():
     return prog, args
 
 
+@pad.kernel(fastmath=True)
+def k_zones(i, pos, cut, energy):
+    """miniBUDE's pair energy in fast math: zone tests as selects, summed; their adjoint shares of the sum's
+    adjoint are scaled by it once (``optimize.defer_scales``)."""
+    e = 0.0
+    for j in range(pos.shape[0]):
+        dx = pos[i, 0] - pos[j, 0]
+        dy = pos[i, 1] - pos[j, 1]
+        d = math.sqrt(dx * dx + dy * dy + 0.01)
+        near = d - cut[j]
+        mid = d - 2.0 * cut[j]
+        far = d - 3.0
+        e += (
+            cut[i] * (near if near < 0.0 else 0.0)
+            + 0.5 * (mid if mid < 0.0 else 0.0)
+            + (far if far < 0.0 else 0.0)
+        )
+    energy[i] = e
+
+
+@case("fast-math zone energy")
+def _zones():
+    def prog(pos, cut, energy):
+        pad.launch(k_zones, pos.shape[0], pos, cut, energy)
+
+    def args(rng, dt):
+        return dup(rng.uniform(0, 3, (24, 2)).astype(dt)), arr(rng, 24, dt, 0.5, 1.5), dup(arr(rng, 24, dt))
+
+    return prog, args
+
+
 @pad.kernel
 def k_cut_off(i, pos, q, energy):
     e = 0.0

@@ -30,6 +30,7 @@ def _args(name: str) -> tuple:
         "branch": (pad.Dup(x, x.copy()), pad.Dup(y, y.copy())),
         "scatter": (pad.Active(2.0), pad.Dup(x, x.copy()), CELLS, pad.Dup(y, y.copy())),
         "helped": (pad.Dup(x, x.copy()), pad.Dup(y, y.copy())),
+        "zones": (pad.Dup(x, x.copy()), 0.3, pad.Dup(y, y.copy())),
     }[name]
 
 
@@ -42,6 +43,7 @@ CASES = [
     ("branch", "adjoint", "cpu"),
     ("scatter", "adjoint", "cpu"),
     ("helped", "adjoint", "cpu"),
+    ("zones", "adjoint", "cpu"),
 ]
 
 

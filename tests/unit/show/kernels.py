@@ -37,3 +37,14 @@ def scatter(i, w, x, cells, y):
 @pad.kernel
 def helped(i, x, y):
     y[i] = damped(x[i], 0.5)
+
+
+@pad.kernel(fastmath=True)
+def zones(i, x, k, e):
+    total = 0.0
+    for j in range(x.shape[0]):
+        r = abs(x[i] - x[j])
+        near = r - 0.5
+        far = r - 1.0
+        total += k * (near if near < 0.0 else 0.0) + 2.0 * (far if far < 0.0 else 0.0)
+    e[i] = total
