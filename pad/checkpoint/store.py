@@ -483,6 +483,9 @@ class Store:
 
     def drop(self, n: int) -> None:
         with self._lock:
+            if n == self._owed:  # taken for a step that will not run from it (a schedule given up)
+                self._owed = None
+                self._unsettled.clear()
             self.on_disk.discard(n)
             self._discard(list(self.held.pop(n).values()))
 
