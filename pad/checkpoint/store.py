@@ -1,6 +1,7 @@
 """Snapshots of a loop's state: which arrays, which parts of them, copied while the step computes.
 
-The state is found, not declared: it is every array the steps announce they overwrite (``will_write``). A
+The state is found, not declared: it is every array the steps announce they overwrite (``will_write``) but
+the buffers operations make for themselves (``tape.Context.scratch``: a halo exchange's messages). A
 snapshot taken before step ``n`` starts a copy of each state array in the background (a thread on the host;
 on a GPU a second stream, so the copy overlaps the step's kernels) and the write observer holds back the
 first write to an array until its copy is done (on a GPU the compute stream waits for the copy's event; the
@@ -384,6 +385,8 @@ class Store:
             for a in targets:
                 r = _root(a)
                 k = id(r)
+                if self._ctx.is_scratch(r):  # an operation's own buffer (a message's): no state
+                    continue
                 if not self._known(r):
                     self._join(r, holes.get(k))
                 elif self._owed is not None and k not in self._touched:
