@@ -321,20 +321,12 @@ def _resumable(args: Any, comm: Any, threads: int) -> Any:
         "threads": threads,
     }
     limit = None if args.time_limit is None else args.time_limit - (time.monotonic() - args.started)
-    made, error = None, None
-    try:
-        made = Resumable(
+    try:  # a refusal on any rank is one on every rank (Resumable agrees it)
+        return Resumable(
             directory, time_limit=limit, identity=identity, comm=comm, resume=args.resume is not None
         )
     except ResumeError as exc:
-        error = str(exc)
-    errors = comm.mpi.allgather(error) if comm.size > 1 else [error]
-    failed = next((e for e in errors if e is not None), None)
-    if failed is not None:
-        if made is not None:
-            made.close()
-        raise InputError(f"{'--resume' if args.resume else '--checkpoint-dir'}: {failed}")
-    return made
+        raise InputError(f"{'--resume' if args.resume else '--checkpoint-dir'}: {exc}") from None
 
 
 def _timed(hydro: Any, parameters: dict[str, float], cycles: int, on_cycle: Any = None, leapfrog: Any = None):
