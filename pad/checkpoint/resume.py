@@ -40,7 +40,7 @@ import numpy as np
 from pad import arrays
 from pad.checkpoint.layout import arrays_in, reachable
 from pad.checkpoint.plan import INFINITE
-from pad.checkpoint.store import _root
+from pad.checkpoint.store import SaveError, _root
 
 FORMAT = 1
 RUN = "pad-run.json"
@@ -66,10 +66,6 @@ class Stopped(Exception):
 
 class ResumeError(ValueError):
     """A saved run that cannot be resumed here (another problem, version or rank count, or damaged)."""
-
-
-class SaveError(OSError):
-    """Saving a run failed (a full disk, say); the directory still holds the previous save, if any."""
 
 
 def _crc(a: np.ndarray) -> int:
@@ -270,6 +266,7 @@ class Resumable:
             raise SaveError(
                 errno.ENOSPC if "space" in why.lower() else errno.EIO,
                 f"pad.checkpoint: saving the run to {self.directory} failed ({at}{why}); it still holds {held}",
+                agreed=True,
             )
         if self.rank == 0:
             run = {

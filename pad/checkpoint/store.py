@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import errno
 import os
 import threading
 import weakref
@@ -61,6 +62,16 @@ def span(a: Any, offset: int | None, n: int) -> Hole | None:
 
 def _covers(outer: Hole | None, inner: Hole | None) -> bool:
     return inner is None or (outer is not None and outer[0] <= inner[0] and inner[1] <= outer[1])
+
+
+class SaveError(OSError):
+    """Writing to disk failed (a full disk, say). A resumable run's save: every rank raises it (``agreed``)
+    and the directory still holds the previous save, if any. A snapshot of a disk or two-level schedule:
+    the rank that wrote it raises it, and the loop removes its snapshot files."""
+
+    def __init__(self, code: int, message: str, agreed: bool = False) -> None:
+        super().__init__(code, message)
+        self.agreed = agreed
 
 
 # ---------------------------------------------------------------------------------------------- copies
@@ -281,7 +292,7 @@ class Store:
             with contextlib.suppress(OSError):
                 os.remove(path)
             message = f"pad.checkpoint: writing a snapshot to {folder} failed: {exc.strerror}"
-            raise OSError(exc.errno, message) from None
+            raise SaveError(exc.errno or errno.EIO, message) from None
         if r is not None:
             copies = self._inflight.get(id(r), [])
             if saved.copy in copies:

@@ -3,6 +3,7 @@ reverse communication pairs up. The smoothing is a small NumPy op or a pad kerne
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import math
 import os
@@ -14,6 +15,7 @@ import pytest
 import pad
 import pad.mpi
 from pad import checkpoint, tape
+from pad.checkpoint import resume as saves
 
 M = 6  # interior cells per rank; u[0] and u[M + 1] are ghosts
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(120)]
@@ -326,3 +328,28 @@ def test_a_save_that_one_rank_cannot_name_fails_on_every_rank(comm, everywhere, 
     assert everywhere(named and (last or f"rank {comm.size - 1}: " in said)), said
     comm.Barrier()
     assert everywhere(not os.path.exists(os.path.join(folder, "pad-run.json")))
+
+
+def test_a_disk_that_fills_on_one_rank_fails_the_save_on_every_rank(
+    comm, everywhere, tmp_path_factory, monkeypatch
+):
+    """The last rank's disk is full while the second save is written: every rank raises ``SaveError``
+    naming that rank, and the directory still holds the first save, which then resumes on all of them."""
+    folder = _folder(comm, tmp_path_factory)
+    want = _budget_grad(comm, 20, **BUDGET)
+    assert _stop(comm, folder, signal_at=5) is not None
+    if comm.rank == comm.size - 1:
+
+        def full(*_, **__):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(saves.np, "save", full)
+    with pytest.raises(checkpoint.SaveError) as failed:
+        _stop(comm, folder, resume=True, signal_at=3)
+    monkeypatch.undo()
+    said = str(failed.value)
+    at = f"rank {comm.size - 1}: " if comm.size > 1 else ""
+    assert everywhere(f"({at}No space left on device); it still holds save 1" in said), said
+    comm.Barrier()
+    assert everywhere(sorted(os.listdir(os.path.join(folder, f"rank-{comm.rank}"))) == ["save-1"])
+    assert everywhere(_same(_resume(comm, folder), want))
