@@ -188,6 +188,8 @@ class Context:
         self.protected: dict[int, tuple[np.ndarray, np.ndarray, str]] = {}
         # PAD_DEBUG: the arrays launches left, with digests of their values (``settle``, ``verify``)
         self._settled: dict[int, tuple[Callable[[], Any], bytes, str]] = {}
+        # id(array) -> weak reference: buffers an operation made for itself (``scratch``)
+        self._scratch: dict[int, Callable[[], Any]] = {}
 
     # -- shadows -------------------------------------------------------------------------------------
     def bind(self, x: Any, dx: Any) -> None:
@@ -212,6 +214,23 @@ class Context:
             if touched is not None:
                 touched.append(dx)
         return dx
+
+    def scratch(self, a: Any) -> None:
+        """Mark ``a``, a buffer an operation allocated for itself and reads only before it returns (a
+        message buffer), as none of the program's state: a checkpointed loop that sees it written neither
+        snapshots nor saves it (the operation makes a new one when it runs again)."""
+        key = id(a)
+
+        def gone(ref: Any) -> None:
+            if self._scratch.get(key) is ref:
+                del self._scratch[key]
+
+        self._scratch[key] = weakref.ref(a, gone)
+
+    def is_scratch(self, a: Any) -> bool:
+        """Whether ``a`` is a buffer marked by ``scratch`` (and still alive)."""
+        ref = self._scratch.get(id(a))
+        return ref is not None and ref() is a
 
     def is_shadow(self, x: Any) -> bool:
         """Whether array ``x`` shares memory with the shadow of a registered array."""

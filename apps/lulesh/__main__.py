@@ -39,7 +39,7 @@ CHECK_CYCLE = 3
 MEMORY_SHARE = 0.5
 """Without ``--memory`` or ``--snapshots``, the whole-run gradient may hold this share of the memory free when
 it starts (the node's, split among its ranks; a GPU's own)."""
-EXIT_SAVE_FAILED = 74  # EX_IOERR: a stopped run could not be saved
+EXIT_SAVE_FAILED = 74  # EX_IOERR: a stopped run's save, or a snapshot, could not be written
 SYMMETRY_TOLERANCE = 1e-8
 WARM_CYCLES = 2
 """Cycles of the warm-up run that compiles every kernel before the timed run: the second cycle is the first
@@ -321,20 +321,12 @@ def _resumable(args: Any, comm: Any, threads: int) -> Any:
         "threads": threads,
     }
     limit = None if args.time_limit is None else args.time_limit - (time.monotonic() - args.started)
-    made, error = None, None
-    try:
-        made = Resumable(
+    try:  # a refusal on any rank is one on every rank (Resumable agrees it)
+        return Resumable(
             directory, time_limit=limit, identity=identity, comm=comm, resume=args.resume is not None
         )
     except ResumeError as exc:
-        error = str(exc)
-    errors = comm.mpi.allgather(error) if comm.size > 1 else [error]
-    failed = next((e for e in errors if e is not None), None)
-    if failed is not None:
-        if made is not None:
-            made.close()
-        raise InputError(f"{'--resume' if args.resume else '--checkpoint-dir'}: {failed}")
-    return made
+        raise InputError(f"{'--resume' if args.resume else '--checkpoint-dir'}: {exc}") from None
 
 
 def _timed(hydro: Any, parameters: dict[str, float], cycles: int, on_cycle: Any = None, leapfrog: Any = None):
@@ -775,9 +767,10 @@ def main(argv: list[str] | None = None) -> int:
         if cli.first_rank():
             print(f"lulesh: {exc}; finish it with --resume {exc.directory}", file=sys.stderr, flush=True)
         return exc.exit_status
-    except SaveError as exc:
-        if cli.first_rank():
-            print(f"lulesh: {exc.strerror}", file=sys.stderr, flush=True)
+    except SaveError as exc:  # a save's: every rank's; a snapshot's: this rank's alone
+        if not exc.agreed or cli.first_rank():
+            rank = f"rank {MPI.COMM_WORLD.Get_rank()}: " if not exc.agreed and _size() > 1 else ""
+            print(f"lulesh: {rank}{exc.strerror}", file=sys.stderr, flush=True)
         return EXIT_SAVE_FAILED
     if result:
         if not args.q:

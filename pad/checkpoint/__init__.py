@@ -37,9 +37,10 @@ from pad.checkpoint import resume as _resume
 from pad.checkpoint.engine import BudgetError, Ended, Loop, Options, Outgrown, Stats, Sweep
 from pad.checkpoint.layout import arrays_in, reachable
 from pad.checkpoint.plan import Choice, Dynamic, Sizes, choose, revolve_steps
-from pad.checkpoint.resume import EXIT_STOPPED, Resumable, ResumeError, SaveError, Stopped
+from pad.checkpoint.resume import EXIT_STOPPED, Resumable, ResumeError, Stopped
 from pad.checkpoint.segment import segment
 from pad.checkpoint.sizes import format_size, parse_size
+from pad.checkpoint.store import SaveError
 
 __all__ = [
     "EXIT_STOPPED",

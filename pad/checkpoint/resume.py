@@ -40,7 +40,7 @@ import numpy as np
 from pad import arrays
 from pad.checkpoint.layout import arrays_in, reachable
 from pad.checkpoint.plan import INFINITE
-from pad.checkpoint.store import _root
+from pad.checkpoint.store import SaveError, _root
 
 FORMAT = 1
 RUN = "pad-run.json"
@@ -68,10 +68,6 @@ class ResumeError(ValueError):
     """A saved run that cannot be resumed here (another problem, version or rank count, or damaged)."""
 
 
-class SaveError(OSError):
-    """Saving a run failed (a full disk, say); the directory still holds the previous save, if any."""
-
-
 def _crc(a: np.ndarray) -> int:
     return zlib.crc32(np.ascontiguousarray(a).view(np.uint8).reshape(-1).data)
 
@@ -84,7 +80,8 @@ class Resumable:
     always gets on). ``signals``: signals that do the same (SIGTERM, which Slurm sends before its time
     limit; handlers are installed from the main thread, and put back by ``close``). ``identity``: a JSON-able
     description of the problem that a resumed run must match. ``comm``: an mpi4py (or ``pad.mpi``)
-    communicator whose ranks stop together; each saves its part. ``resume``: continue the run saved in
+    communicator whose ranks stop together; each saves its part (every rank makes its ``Resumable``, and
+    a refusal or a failed save on one rank is an error on all). ``resume``: continue the run saved in
     ``directory`` (``ResumeError`` if there is none, or it differs, or it is damaged; nothing is changed
     then); without it, a directory holding a saved run is refused too, so no save is overwritten.
     """
@@ -111,14 +108,21 @@ class Resumable:
         self.saved: dict[str, Any] | None = None
         self.count = 0
         self.done = False
-        if resume:
-            self.saved = self._load()
-            self.count = int(self.saved["save"])
-        elif os.path.exists(os.path.join(self.directory, RUN)):
-            raise ResumeError(
-                f"{self.directory} holds a saved run ({self._describe_saved()}); resume it, or use another "
-                "directory"
-            )
+        refused = None
+        try:
+            if resume:
+                self.saved = self._load()
+                self.count = int(self.saved["save"])
+            elif os.path.exists(os.path.join(self.directory, RUN)):
+                raise ResumeError(
+                    f"{self.directory} holds a saved run ({self._describe_saved()}); resume it, or use "
+                    "another directory"
+                )
+        except ResumeError as exc:
+            refused = str(exc)
+        refusals = self._gather(refused)
+        if refusals:  # every rank refuses alike: one going on alone would wait for the others
+            raise ResumeError(refused or refusals[0])
         self._previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
             for sig in signals:
@@ -162,79 +166,107 @@ class Resumable:
     # -- saving ------------------------------------------------------------------------------------------
     def save_forward(self, lp: Any, t: int) -> None:
         """Save the loop's forward sweep before step ``t`` and raise ``Stopped``."""
-        names = _Names(lp)
-        files: dict[str, np.ndarray] = {}
-        state = {names.of(r, "the loop state"): names.file(files, r) for r in lp.store.roots()}
-        dynamic = None
-        if lp.dynamic is not None:
-            levels = {str(k): v for k, v in lp.dynamic.levels.items()}
-            dynamic = {"slots": lp.dynamic.slots, "levels": levels}
-        manifest = {
-            "kind": "forward",
-            "step": t,
-            "state": state,
-            "snapshots": _snapshots(lp, names, files, below=None),
-            "recording": lp.recording,
-            "dynamic": dynamic,
-        }
-        self._commit(lp, manifest, files, f"in the forward sweep, before step {t}")
+
+        def gather() -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+            names = _Names(lp)
+            files: dict[str, np.ndarray] = {}
+            state = {names.of(r, "the loop state"): names.file(files, r) for r in lp.store.roots()}
+            dynamic = None
+            if lp.dynamic is not None:
+                levels = {str(k): v for k, v in lp.dynamic.levels.items()}
+                dynamic = {"slots": lp.dynamic.slots, "levels": levels}
+            manifest = {
+                "kind": "forward",
+                "step": t,
+                "state": state,
+                "snapshots": _snapshots(lp, names, files, below=None),
+                "recording": lp.recording,
+                "dynamic": dynamic,
+            }
+            return manifest, files
+
+        self._commit(lp, gather, f"in the forward sweep, before step {t}")
 
     def save_reverse(self, lp: Any, done: int) -> None:
         """Save the loop's reverse pass with steps ``done`` and later reversed, and raise ``Stopped``."""
-        names = _Names(lp)
-        files: dict[str, np.ndarray] = {}
-        final = lp.store.held.get(-1)
-        state = {}
-        for r in lp.store.roots():
-            saved = final.get(id(r)) if final is not None else None
-            value = arrays.to_host(saved.data()) if saved is not None else r
-            state[names.of(r, "the loop state")] = names.file(files, value, key=id(saved or r))
-        shadows = []
-        for serial, a, shadow in lp.ctx.registered():
-            path = names.any_path.get(id(a))
-            if path is not None:
-                shadows.append({"path": path, "file": names.file(files, shadow)})
-            elif serial < lp.serial:
-                shadows.append({"serial": serial, "file": names.file(files, shadow)})
-            elif np.any(arrays.to_host(shadow)):
-                raise ValueError(
-                    f"pad.checkpoint: cannot save the run: an array of shape {a.shape} that the loop's "
-                    "arguments and step do not reach has a non-zero adjoint; pass it to the loop"
-                )
-        manifest = {
-            "kind": "reverse",
-            "step": done,
-            "nsteps": lp.stats.nsteps,
-            "state": state,
-            "snapshots": _snapshots(lp, names, files, below=done),
-            "shadows": shadows,
-            "active": list(lp.ctx.active_adjoints),
-        }
-        self._commit(lp, manifest, files, f"in the reverse pass, with steps {done} and later reversed")
 
-    def _commit(self, lp: Any, manifest: dict[str, Any], files: dict[str, np.ndarray], where: str) -> None:
-        """Write this rank's part of save ``count + 1``, make it current once every rank has, and stop."""
+        def gather() -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+            names = _Names(lp)
+            files: dict[str, np.ndarray] = {}
+            final = lp.store.held.get(-1)
+            state = {}
+            for r in lp.store.roots():
+                saved = final.get(id(r)) if final is not None else None
+                value = arrays.to_host(saved.data()) if saved is not None else r
+                state[names.of(r, "the loop state")] = names.file(files, value, key=id(saved or r))
+            shadows = []
+            for serial, a, shadow in lp.ctx.registered():
+                path = names.any_path.get(id(a))
+                if path is not None:
+                    shadows.append({"path": path, "file": names.file(files, shadow)})
+                elif serial < lp.serial:
+                    shadows.append({"serial": serial, "file": names.file(files, shadow)})
+                elif np.any(arrays.to_host(shadow)):
+                    raise ValueError(
+                        f"pad.checkpoint: cannot save the run: an array of shape {a.shape} that the loop's "
+                        "arguments and step do not reach has a non-zero adjoint; pass it to the loop"
+                    )
+            manifest = {
+                "kind": "reverse",
+                "step": done,
+                "nsteps": lp.stats.nsteps,
+                "state": state,
+                "snapshots": _snapshots(lp, names, files, below=done),
+                "shadows": shadows,
+                "active": list(lp.ctx.active_adjoints),
+            }
+            return manifest, files
+
+        self._commit(lp, gather, f"in the reverse pass, with steps {done} and later reversed")
+
+    def _commit(
+        self,
+        lp: Any,
+        gather: Callable[[], tuple[dict[str, Any], dict[str, np.ndarray]]],
+        where: str,
+    ) -> None:
+        """Write this rank's part of save ``count + 1`` (``gather`` names it), make it current once every
+        rank has, and stop. A rank that cannot name its part, or write it, fails every rank alike: the
+        others would wait for it."""
         k = self.count + 1
-        stats = dict(vars(lp.stats))
-        manifest |= {
-            "format": FORMAT,
-            "rank": self.rank,
-            "serial": lp.serial,
-            "layout": _Names(lp).layout(),
-            "stats": stats,
-            "sizes": dict(vars(lp.sizes)),
-            "protected": sorted(lp.protected),
-            "checksums": {name: _crc(a) for name, a in files.items()},
-        }
         folder = os.path.join(self.rank_directory(), f"save-{k}")
-        error = self._write(folder, manifest, files, lp)
-        if self._agree_failed(error is not None):
+        unnamed = written = None
+        try:
+            manifest, files = gather()
+        except ValueError as exc:
+            unnamed = str(exc)
+        else:
+            manifest |= {
+                "format": FORMAT,
+                "rank": self.rank,
+                "serial": lp.serial,
+                "layout": _Names(lp).layout(),
+                "stats": dict(vars(lp.stats)),
+                "sizes": dict(vars(lp.sizes)),
+                "protected": sorted(lp.protected),
+                "checksums": {name: _crc(a) for name, a in files.items()},
+            }
+            written = self._write(folder, manifest, files)
+        why = unnamed or written
+        failures = self._gather(
+            None if why is None else (self.rank, "unnamed" if unnamed else "written", why)
+        )
+        if failures:
             shutil.rmtree(folder, ignore_errors=True)
+            rank, kind, why = failures[0]
+            at = f"rank {rank}: " if self.size > 1 else ""
+            if kind == "unnamed":
+                raise ValueError(why if rank == self.rank else f"{at}{why}")
             held = self._describe_saved() if os.path.exists(os.path.join(self.directory, RUN)) else "nothing"
-            why = error or "another rank failed to save"
             raise SaveError(
-                errno.ENOSPC if error and "space" in error.lower() else errno.EIO,
-                f"pad.checkpoint: saving the run to {self.directory} failed ({why}); it still holds {held}",
+                errno.ENOSPC if "space" in why.lower() else errno.EIO,
+                f"pad.checkpoint: saving the run to {self.directory} failed ({at}{why}); it still holds {held}",
+                agreed=True,
             )
         if self.rank == 0:
             run = {
@@ -257,9 +289,13 @@ class Resumable:
         lp.close()
         raise Stopped(self.directory, self._reason, where)
 
-    def _write(
-        self, folder: str, manifest: dict[str, Any], files: dict[str, np.ndarray], lp: Any
-    ) -> str | None:
+    def _gather(self, problem: Any) -> list[Any]:
+        """Every rank's ``problem`` that is not None, in rank order: the same list on every rank."""
+        if self.comm is None or self.size == 1:
+            return [] if problem is None else [problem]
+        return [p for p in self.comm.allgather(problem) if p is not None]
+
+    def _write(self, folder: str, manifest: dict[str, Any], files: dict[str, np.ndarray]) -> str | None:
         """Write the files and the manifest into ``folder`` (via a temporary name); the error, if any."""
         tmp = folder + ".tmp"
         try:
@@ -274,13 +310,6 @@ class Resumable:
             shutil.rmtree(tmp, ignore_errors=True)
             return exc.strerror or str(exc)
         return None
-
-    def _agree_failed(self, failed: bool) -> bool:
-        if self.comm is None or self.size == 1:
-            return failed
-        from mpi4py import MPI
-
-        return bool(self.comm.allreduce(int(failed), op=MPI.MAX))
 
     def _barrier(self) -> None:
         if self.comm is not None and self.size > 1:

@@ -1,6 +1,7 @@
 """Snapshots of a loop's state: which arrays, which parts of them, copied while the step computes.
 
-The state is found, not declared: it is every array the steps announce they overwrite (``will_write``). A
+The state is found, not declared: it is every array the steps announce they overwrite (``will_write``) but
+the buffers operations make for themselves (``tape.Context.scratch``: a halo exchange's messages). A
 snapshot taken before step ``n`` starts a copy of each state array in the background (a thread on the host;
 on a GPU a second stream, so the copy overlaps the step's kernels) and the write observer holds back the
 first write to an array until its copy is done (on a GPU the compute stream waits for the copy's event; the
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import errno
 import os
 import threading
 import weakref
@@ -60,6 +62,16 @@ def span(a: Any, offset: int | None, n: int) -> Hole | None:
 
 def _covers(outer: Hole | None, inner: Hole | None) -> bool:
     return inner is None or (outer is not None and outer[0] <= inner[0] and inner[1] <= outer[1])
+
+
+class SaveError(OSError):
+    """Writing to disk failed (a full disk, say). A resumable run's save: every rank raises it (``agreed``)
+    and the directory still holds the previous save, if any. A snapshot of a disk or two-level schedule:
+    the rank that wrote it raises it, and the loop removes its snapshot files."""
+
+    def __init__(self, code: int, message: str, agreed: bool = False) -> None:
+        super().__init__(code, message)
+        self.agreed = agreed
 
 
 # ---------------------------------------------------------------------------------------------- copies
@@ -280,7 +292,7 @@ class Store:
             with contextlib.suppress(OSError):
                 os.remove(path)
             message = f"pad.checkpoint: writing a snapshot to {folder} failed: {exc.strerror}"
-            raise OSError(exc.errno, message) from None
+            raise SaveError(exc.errno or errno.EIO, message) from None
         if r is not None:
             copies = self._inflight.get(id(r), [])
             if saved.copy in copies:
@@ -384,6 +396,8 @@ class Store:
             for a in targets:
                 r = _root(a)
                 k = id(r)
+                if self._ctx.is_scratch(r):  # an operation's own buffer (a message's): no state
+                    continue
                 if not self._known(r):
                     self._join(r, holes.get(k))
                 elif self._owed is not None and k not in self._touched:
@@ -483,6 +497,9 @@ class Store:
 
     def drop(self, n: int) -> None:
         with self._lock:
+            if n == self._owed:  # taken for a step that will not run from it (a schedule given up)
+                self._owed = None
+                self._unsettled.clear()
             self.on_disk.discard(n)
             self._discard(list(self.held.pop(n).values()))
 

@@ -122,6 +122,9 @@ class Halo:
         # device buffers that the messages would stage one by one cross to the host and back once, whole
         staged = arrays.is_device(a) and not hands_over(self.comm, ctx, "Isend")
         wire_out, wire_in = (self._host("out", out), self._host("in", into)) if staged else (out, into)
+        if staged and ctx is not None:
+            ctx.scratch(wire_out)
+            ctx.scratch(wire_in)
         if staged and out.size:
             copy_staged(ctx, out, wire_out)
         reqs = [
@@ -166,10 +169,12 @@ def _at(region: Region) -> tuple:
 
 def _buffer(ctx: tape.Context | None, a: Any, shapes: list[tuple[int, ...]]) -> Any:
     """A new contiguous buffer in ``a``'s memory for regions of these shapes, one after another. Under
-    differentiation its shadow is made now, so that its views' shadows (the messages') are views of it."""
+    differentiation its shadow is made now, so that its views' shadows (the messages') are views of it,
+    and it is marked as scratch: no state that a checkpointed loop snapshots or saves."""
     buf = arrays.empty(a, (sum(int(np.prod(shape)) for shape in shapes),), a.dtype)
     if ctx is not None:
         ctx.shadow(buf)
+        ctx.scratch(buf)
     return buf
 
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import signal
@@ -135,3 +136,17 @@ def test_bad_memory_and_resume_flags_are_one_line_and_status_2(capsys, argv, mes
     assert cli.main([*BASE, *argv]) == 2
     err = capsys.readouterr().err
     assert err.strip().count("\n") == 0 and message in err, err
+
+
+def test_a_disk_that_fills_under_a_snapshot_is_one_line_and_status_74(tmp_path, monkeypatch, capsys):
+    """A snapshot write that fails on one rank (not agreed over ranks): that rank says so in one line,
+    naming itself under MPI, and the run ends with status 74."""
+    from apps.lulesh import adjoint
+
+    def full(*_, **__):
+        raise checkpoint.SaveError(errno.ENOSPC, "pad.checkpoint: writing a snapshot to d failed: No space")
+
+    monkeypatch.setattr(adjoint, "sensitivity", full)
+    status, _, _ = _run(tmp_path, "a", "--memory", "1GB")
+    err = capsys.readouterr().err.strip().splitlines()
+    assert status == 74 and err == ["lulesh: pad.checkpoint: writing a snapshot to d failed: No space"], err

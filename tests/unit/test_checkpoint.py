@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import gc
 import os
 import tracemalloc
@@ -365,6 +366,27 @@ def test_disk_snapshots_are_removed_after_an_error(tmp_path):
         pad.autodiff(h, *(pad.Dup(np.ones(N), np.ones(N)) for _ in range(3)))
     gc.collect()
     assert os.listdir(tmp_path) == []
+
+
+def test_a_disk_that_fills_with_snapshots_is_a_save_error_and_leaves_nothing(tmp_path, monkeypatch):
+    """The fifth snapshot file finds the disk full: ``SaveError`` (this process's alone, not agreed over
+    ranks) naming the folder and the cause, and the snapshot files written before it are removed."""
+    written = [0]
+    real = np.save
+
+    def filling(path, a, *args, **kwargs):
+        written[0] += 1
+        if written[0] == 5:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real(path, a, *args, **kwargs)
+
+    monkeypatch.setattr(np, "save", filling)
+    with pytest.raises(
+        checkpoint.SaveError, match=r"writing a snapshot to .* failed: No space left"
+    ) as failed:
+        _run(50, 3, storage="disk", directory=str(tmp_path))
+    assert failed.value.errno == errno.ENOSPC and not failed.value.agreed
+    assert written[0] == 5 and os.listdir(tmp_path) == []
 
 
 def test_while_loop_disk(tmp_path):
