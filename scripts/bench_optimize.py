@@ -23,14 +23,14 @@ from apps.minibude.driver import Docking
 from apps.minibude.optimize import METHODS, optimize
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--deck", default="bm1", help="deck directory, or bm1 (shipped; the default)")
     p.add_argument("--poses", type=int, default=4096, help="the first N poses of the deck (4096)")
     p.add_argument("--threads", type=int, default=1, help="CPU threads (1)")
     p.add_argument("--budgets", type=float, nargs="+", default=[2.0, 6.0, 20.0], help="CPU seconds per run")
     p.add_argument("--json", metavar="PATH", help="write the results here")
-    args = p.parse_args()
+    args = p.parse_args(argv)
     threads = cli.set_threads(args.threads, None)
     deck = read_deck(find_deck(args.deck)).first(args.poses)
     dock = Docking(deck, ppwi=64)
@@ -71,6 +71,7 @@ def main() -> None:
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
+    return result
 
 
 if __name__ == "__main__":

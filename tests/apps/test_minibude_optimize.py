@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import numba
 import numpy as np
 import pytest
 import scipy.optimize
@@ -106,3 +107,16 @@ def test_bad_optimize_arguments_are_refused(kwargs, message):
 def test_lbfgs_needs_a_memory():
     with pytest.raises(InputError, match="memory 0 must be at least 1"):
         LBFGS(Docking(real_deck("bm1").first(4), ppwi=4), memory=0)
+
+
+def test_the_benchmark_runs_every_method_for_every_budget(tmp_path):
+    from scripts.bench_optimize import main
+
+    threads = str(numba.get_num_threads())  # the benchmark sets the thread count: keep the tests'
+    result = main(
+        ["--poses", "16", "--budgets", "0.0", "0.2", "--threads", threads, "--json", str(tmp_path / "r.json")]
+    )
+    cases = result["cases"]
+    assert [(c["budget_cpu_s"], c["method"]) for c in cases] == [(b, m) for b in (0.0, 0.2) for m in METHODS]
+    assert all(c["steps"] == 0 and c["poses_lowest"] == 16 for c in cases[:3])  # no time: nothing moves
+    assert all(c["steps"] > 0 and c["cpu_s"] >= 0.2 for c in cases[3:])
