@@ -408,6 +408,58 @@ def lulesh_sensitivity() -> list[str]:
     return [*_table(header, rows), *_caption(rec)]
 
 
+def lulesh_inverse() -> list[str]:
+    """``docs/examples/lulesh_inverse.py``: per optimizer the solves it ran, its CPU time and how close it
+    came to the hidden values."""
+    rec = _one("inverse-lulesh.json")
+    r = rec["result"]
+    rows = [
+        [
+            method,
+            str(m["forward_solves"]),
+            str(m["adjoint_solves"]),
+            f"{m['cpu_s']:.3g} s",
+            f"{m['max_rel_error']:.1e}",
+        ]
+        for method, m in r["methods"].items()
+    ]
+    hidden = ", ".join(f"{n} = {v:.6g}" for n, v in r["hidden"].items())
+    start = ", ".join(f"{n} = {v:.6g}" for n, v in r["start"].items())
+    header = ["method", "forward solves", "adjoint solves", "CPU time", "largest relative error"]
+    return [
+        *_table(header, rows),
+        "",
+        f"LULESH -s {r['size']} to its stop time; hidden: {hidden}; start: {start}.",
+        *_caption(rec),
+    ]
+
+
+def minibude_optimize() -> list[str]:
+    """``scripts/bench_optimize.py``: miniBUDE's local optimizers at equal CPU time."""
+    rec = _one("optimize-minibude.json")
+    r = rec["result"]
+    rows = [
+        [
+            f"{c['budget_cpu_s']:.3g} s",
+            c["method"],
+            str(c["steps"]),
+            f"{c['mean_energy']:.2f}",
+            f"{c['median_energy']:.2f}",
+            str(c["poses_improved"]),
+            str(c["poses_lowest"]),
+        ]
+        for c in r["cases"]
+    ]
+    header = ["CPU time", "method", "steps", "mean energy", "median energy", "poses improved", "poses lowest"]
+    return [
+        *_table(header, rows),
+        "",
+        f"{r['deck']}'s first {r['poses']} poses on {r['threads']} thread(s); at the start the mean energy is "
+        f"{r['start_mean_energy']:.2f}, the median {r['start_median_energy']:.2f}.",
+        *_caption(rec),
+    ]
+
+
 def mpi() -> list[str]:
     out = []
     for rec in _load("mpi-*.json"):
@@ -647,6 +699,8 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "mpi": mpi,
     "checkpoint": checkpoint,
     "lulesh-sensitivity": lulesh_sensitivity,
+    "lulesh-inverse": lulesh_inverse,
+    "minibude-optimize": minibude_optimize,
     "lulesh": lulesh,
     "cpu-lulesh-launches": cpu_lulesh_launches,
     "cpu-lulesh-plans": cpu_lulesh_plans,

@@ -5,11 +5,12 @@ leap-frog step with respect to the whole state (every array of ``State``; the cl
 cycle's time step, is constant), seeded with deterministic non-zero values. Its reverse pass runs the
 adjoint kernels and the transposed halo exchanges.
 
-Whole run (``--mode sensitivity``): J = the Final Origin Energy (rank 0's ``e[0]`` at the end), and its
-gradient with respect to the initial node coordinates and the model's parameters (``params``: ``einit``,
-``hgcoef``, ...), through the set-up, the variable time step (Courant and hydro constraints, the minimum
-over elements and over ranks, the growth limits, the cut to the stop time) and every cycle. The time loop
-runs under ``pad.checkpoint.while_loop``, so at most ``snapshots`` copies of the state are kept.
+Whole run (``--mode sensitivity``): J = the Final Origin Energy (rank 0's ``e[0]`` at the end), or another
+``Objective`` of the final state (``LeastSquares``: a misfit to an observed field), and its gradient with
+respect to the initial node coordinates and the model's parameters (``params``: ``einit``, ``hgcoef``, ...),
+through the set-up, the variable time step (Courant and hydro constraints, the minimum over elements and
+over ranks, the growth limits, the cut to the stop time) and every cycle. The time loop runs under
+``pad.checkpoint.while_loop``, so at most ``snapshots`` copies of the state are kept.
 
 Seeds, directions and gathered results are functions of the global node and element numbers, and a node
 that several ranks hold is seeded on its owner only, so a run on P ranks of ``-s n`` computes the same
@@ -267,11 +268,92 @@ def _probe_entries(hydro: Hydro) -> list[tuple[str, tuple[int, ...]]]:
 
 
 # ------------------------------------------------------------------------------------------ whole run
+class Objective:
+    """J, a function of a run's final state, which ``sensitivity`` differentiates with the whole run.
+
+    ``add(s, out)`` adds this rank's share of J into ``out[0]`` (a one-entry array where the state lives)
+    with pad operations (launches, ``pad.mpi``), so that ``pad.autodiff`` differentiates it with the run; J
+    is the sum of the ranks' shares. ``constants`` are the arrays ``add`` reads that no derivative flows
+    to (observations, weights), passed to ``autodiff`` as ``pad.Const``: it would otherwise give them
+    shadows and accumulate adjoints into them, and a resumable run could not save those.
+    """
+
+    constants: tuple[Any, ...] = ()
+
+    def add(self, s: State, out: Any) -> None:
+        raise NotImplementedError
+
+
+@pad.kernel
+def k_add_first(i, values, out):
+    """``out[0] += values[0]``."""
+    out[0] += values[0]
+
+
+class FinalOriginEnergy(Objective):
+    """The Final Origin Energy: rank 0's ``e[0]`` at the end (the original's report, the default J)."""
+
+    def __init__(self, hydro: Hydro) -> None:
+        self.rank = hydro.rank
+
+    def add(self, s: State, out: Any) -> None:
+        if self.rank == 0:
+            pad.launch(k_add_first, 1, s.e, out)
+
+
+@pad.kernel
+def k_add_squared_misfit(i, values, observed, weights, out):
+    """``out[0] += sum over i of weights[i] (values[i] - observed[i])^2 / 2``."""
+    d = values[i] - observed[i]
+    out[0] += 0.5 * weights[i] * d * d
+
+
+class LeastSquares(Objective):
+    """J = 1/2 sum of w (f - f_obs)^2 over the entries of the state's final field ``field`` (``e``, ``p``,
+    ``xv``, ...): the misfit of a run to an observation, an inverse problem's objective.
+
+    ``observed`` and ``weights`` (a number or an array) are shaped like this rank's ``field``, on the host.
+    A node that several ranks hold counts once, on its owner (its weight elsewhere is zero), so J is the
+    same for any rank count.
+    """
+
+    def __init__(self, hydro: Hydro, field: str, observed: np.ndarray, weights: Any = 1.0) -> None:
+        fields = [n for n in DIFFERENTIATED if n != "params"]
+        if field not in fields:
+            raise ValueError(f"LeastSquares: field {field!r} is not one of the state's fields {fields}")
+        shape = tuple(getattr(hydro.initial_state(), field).shape)
+        observed = np.asarray(observed, dtype=np.float64)
+        if observed.shape != shape:
+            raise ValueError(f"LeastSquares: observed {field} has shape {observed.shape}, the field {shape}")
+        weights = np.asarray(weights, dtype=np.float64)
+        if weights.ndim and weights.shape != shape:
+            raise ValueError(f"LeastSquares: weights of shape {weights.shape} do not fit the field's {shape}")
+        weights = np.broadcast_to(weights, shape) * numbering(hydro, field, shape)[1]
+        if not np.all(np.isfinite(weights) & (weights >= 0.0)) or not np.all(np.isfinite(observed)):
+            raise ValueError("LeastSquares: weights must be finite and non-negative, observations finite")
+        self.field = field
+        put = hydro.memory.put
+        self.observed, self.weights = put(observed.ravel()), put(np.ascontiguousarray(weights).ravel())
+        self.constants = (self.observed, self.weights)
+
+    def add(self, s: State, out: Any) -> None:
+        values = getattr(s, self.field).reshape(-1)
+        pad.launch(k_add_squared_misfit, values.size, values, self.observed, self.weights, out)
+
+
+def objective_value(hydro: Hydro, s: State, objective: Objective) -> float:
+    """J of the state ``s`` as it is now (on every rank)."""
+    out = hydro.memory.put(np.zeros(1))
+    objective.add(s, out)
+    return allsum(hydro, float(hydro.memory.get(out)[0]))
+
+
 @dataclasses.dataclass
 class Sensitivity:
-    """The gradient of the Final Origin Energy of a whole run (see ``sensitivity``)."""
+    """The gradient of a whole run's objective J (see ``sensitivity``)."""
 
-    energy: float  # J
+    value: float  # J
+    energy: float  # the Final Origin Energy, whatever J is
     cycles: int
     parameters: dict[str, float]  # dJ/d(each of PARAMETERS), summed over ranks
     coords: np.ndarray  # dJ/d(initial x, y, z) of this rank's nodes, (3, nnode)
@@ -279,17 +361,23 @@ class Sensitivity:
     seconds: float
 
 
-def final_energy(hydro: Hydro, cycles: int, parameters: dict[str, float], coords: Any = None) -> float:
-    """J of a primal run from the given parameters and initial coordinates (on every rank)."""
+def final_value(
+    hydro: Hydro,
+    cycles: int,
+    parameters: dict[str, float],
+    coords: Any = None,
+    objective: Objective | None = None,
+) -> float:
+    """J (default: the Final Origin Energy) of a primal run from the given parameters and initial
+    coordinates, on every rank."""
     s = hydro.initial_state(parameters, coords)
     hydro.setup(s)
     hydro.advance(s, cycles)
-    return origin_energy(hydro, s)
+    return objective_value(hydro, s, objective or FinalOriginEnergy(hydro))
 
 
 def origin_energy(hydro: Hydro, s: State) -> float:
-    local = float(hydro.memory.get(s.e)[0]) if hydro.rank == 0 else 0.0
-    return allsum(hydro, local)
+    return objective_value(hydro, s, FinalOriginEnergy(hydro))
 
 
 def sensitivity(
@@ -299,23 +387,26 @@ def sensitivity(
     snapshots: int | None = None,
     coords: Any = None,
     *,
+    objective: Objective | None = None,
     memory: int | str | None = None,
     resumable: pad.checkpoint.Resumable | None = None,
     expected_cycles: int | None = None,
 ) -> Sensitivity:
-    """Run LULESH for at most ``cycles`` cycles and differentiate J = rank 0's final ``e[0]``.
+    """Run LULESH for at most ``cycles`` cycles and differentiate J, ``objective`` of the final state (by
+    default ``FinalOriginEnergy``: rank 0's final ``e[0]``).
 
-    The set-up and the time loop run inside ``pad.autodiff``; the loop under ``pad.checkpoint.while_loop``
-    with ``snapshots`` snapshots or a ``memory`` budget (neither: every cycle's records kept). With
-    ``resumable``, a run stopped by its time limit or a signal raises ``pad.checkpoint.Stopped``, and a
-    ``Resumable(..., resume=True)`` finishes it. ``expected_cycles`` (a primal run's count) lets a memory
-    budget's schedule place its snapshots as the best offline schedule would.
+    The set-up, the time loop and J run inside ``pad.autodiff``; the loop under
+    ``pad.checkpoint.while_loop`` with ``snapshots`` snapshots or a ``memory`` budget (neither: every
+    cycle's records kept). With ``resumable``, a run stopped by its time limit or a signal raises
+    ``pad.checkpoint.Stopped``, and a ``Resumable(..., resume=True)`` finishes it. ``expected_cycles`` (a
+    primal run's count) lets a memory budget's schedule place its snapshots as the best offline schedule
+    would.
     """
     mem = hydro.memory
+    objective = objective or FinalOriginEnergy(hydro)
     s = hydro.initial_state(parameters, coords)
-    dxv, dparams, de = (mem.put(np.zeros(a.shape)) for a in (s.xv, s.params, s.e))
-    if hydro.rank == 0:
-        de[0:1] = mem.put(np.ones(1))
+    dxv, dparams = (mem.put(np.zeros(a.shape)) for a in (s.xv, s.params))
+    value, seed = mem.put(np.zeros(1)), mem.put(np.ones(1))  # J's share, seeded on every rank: J is their sum
     stats = pad.checkpoint.Stats()
     taken, count = [0], [0]  # cycles run so far (recomputations too), and the loop's count
 
@@ -332,14 +423,23 @@ def sensitivity(
             more, cycle, s, snapshots=snapshots, memory=memory, stats=stats, resumable=resumable,
             expected_steps=expected_cycles,
         )  # fmt: skip
+        objective.add(s, value)
 
     hydro.comm.Barrier()
     begin = time.perf_counter()
-    pad.autodiff(run, pad.Dup(s.xv, dxv), pad.Dup(s.params, dparams), pad.Dup(s.e, de), *constants(hydro))
+    pad.autodiff(
+        run,
+        pad.Dup(s.xv, dxv),
+        pad.Dup(s.params, dparams),
+        pad.Dup(value, seed),
+        *constants(hydro),
+        *map(pad.Const, objective.constants),
+    )
     mem.sync()
     seconds = time.perf_counter() - begin
     totals = hydro.comm.mpi.allreduce(mem.get(dparams)) if hydro.comm.size > 1 else mem.get(dparams)
     return Sensitivity(
+        value=allsum(hydro, float(mem.get(value)[0])),
         energy=origin_energy(hydro, s),
         cycles=count[0],
         parameters={name: float(totals[k]) for k, name in enumerate(PARAMETERS)},
@@ -368,24 +468,28 @@ def coordinate_direction(hydro: Hydro) -> np.ndarray:
     )
 
 
-def check_sensitivity(hydro: Hydro, result: Sensitivity, parameters: dict[str, float]) -> dict[str, Any]:
-    """Central differences of whole primal runs: every parameter, and one direction of the coordinates.
+def check_sensitivity(
+    hydro: Hydro, result: Sensitivity, parameters: dict[str, float], objective: Objective | None = None
+) -> dict[str, Any]:
+    """Central differences of whole primal runs of ``objective`` (the one ``result`` differentiated):
+    every parameter, and one direction of the coordinates.
 
     Parameters move by ``RUN_FD_STEP`` of their values; the coordinates by ``RUN_FD_STEP`` of the mesh
     spacing along ``coordinate_direction``. Passes when every relative error is below 1e-5.
     """
-    cycles = result.cycles
+
+    def value(changed: dict[str, float], coords: Any = None) -> float:
+        return final_value(hydro, result.cycles, parameters | changed, coords, objective)
+
     rows = []
     for name in PARAMETERS:
         h = RUN_FD_STEP * abs(parameters[name])
-        plus = final_energy(hydro, cycles, parameters | {name: parameters[name] + h})
-        minus = final_energy(hydro, cycles, parameters | {name: parameters[name] - h})
+        plus, minus = value({name: parameters[name] + h}), value({name: parameters[name] - h})
         rows.append((name, result.parameters[name], (plus - minus) / (2.0 * h), h))
     m = hydro.mesh
     h = RUN_FD_STEP * 1.125 / (m.tp * m.nx)
     d = coordinate_direction(hydro)
-    plus = final_energy(hydro, cycles, parameters, m.coords + h * d)
-    minus = final_energy(hydro, cycles, parameters, m.coords - h * d)
+    plus, minus = value({}, m.coords + h * d), value({}, m.coords - h * d)
     exact = allsum(hydro, float(np.vdot(result.coords, d)))
     rows.append(("coords . direction", exact, (plus - minus) / (2.0 * h), h))
     checks = [

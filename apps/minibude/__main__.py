@@ -18,6 +18,7 @@ from apps import cli
 from apps.cli import InputError
 from apps.minibude.deck import Deck, find_deck, read_deck, synthetic_deck
 from apps.minibude.driver import TOLERANCE, WRT, Docking, verify
+from apps.minibude.optimize import METHODS, optimize
 
 FD_TOLERANCE = 2e-2
 """``--check``: the largest relative error of the gradient entries against float32 central differences."""
@@ -56,9 +57,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=cli.integer(0, "must not be negative"),
         default=0,
         metavar="K",
-        help="K descent steps on the poses",
+        help="K steps of local optimization of every pose (--optimizer)",
+    )
+    p.add_argument(
+        "--optimizer",
+        choices=tuple(METHODS),
+        help="--optimize: L-BFGS per pose (lbfgs, the default), gradient descent or random search",
     )
     args = p.parse_args(argv)
+    if args.optimizer and not args.optimize:
+        raise InputError("--optimizer: only with --optimize K")
+    args.optimizer = args.optimizer or "lbfgs"
     for flag in ("json", "output", "grad_output"):
         cli.check_writable("--" + flag.replace("_", "-"), getattr(args, flag))
     for flag, given in (("--wrt", args.wrt), ("--grad-output", args.grad_output), ("--check", args.check)):
@@ -112,7 +121,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 )
     finally:
         bar.close()
-    optimized = _optimize(dock, args.optimize) if args.optimize else None
+    optimized = optimize(dock, args.optimizer, steps=args.optimize) if args.optimize else None
     if not root:
         return {}
     assert energies is not None
@@ -155,36 +164,6 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
-def _optimize(dock: Docking, steps: int) -> dict[str, Any]:
-    """Gradient descent on every pose using d(energy)/d(pose).
-
-    Each pose steps along its normalized gradient; a step is kept only where it lowers that pose's energy,
-    else that pose's step length is halved. Counts the poses whose energy dropped.
-    """
-    xp = dock.xp
-    start = dock.score().copy()
-    best = start.copy()
-    step = xp.full(dock.nlocal, 0.05, np.float32)
-    for _ in range(steps):
-        grad = dock.gradient("poses")
-        norm = xp.sqrt((grad * grad).sum(axis=0))
-        direction = grad / xp.maximum(norm, np.float32(1e-12))
-        previous = dock.poses.copy()
-        dock.poses -= step * direction
-        trial = dock.score()
-        better = trial < best
-        dock.poses[:] = xp.where(better, dock.poses, previous)
-        best = xp.where(better, trial, best)
-        step = xp.where(better, step, step * np.float32(0.5))
-    dock.score()
-    dropped = int((best < start).sum())
-    drop = float((start - best).astype(np.float64).sum())
-    if dock.comm is not None:
-        dropped = dock.comm.allreduce(dropped)
-        drop = dock.comm.allreduce(drop)
-    return {"steps": steps, "poses_improved": dropped, "total_energy_drop": drop}
-
-
 def _summary(r: dict[str, Any]) -> str:
     prob = r["problem"]
     lines = [
@@ -204,9 +183,9 @@ def _summary(r: dict[str, Any]) -> str:
     if "optimize" in r:
         o = r["optimize"]
         lines.append(
-            f"  optimize: {o['steps']} steps lowered the energy of {o['poses_improved']} "
-            f"of {prob['nposes']} poses "
-            f"(total drop {o['total_energy_drop']:.6g})"
+            f"  optimize: {o['steps']} {METHODS[o['method']].name} steps lowered the energy of "
+            f"{o['poses_improved']} of {prob['nposes']} poses (total drop {o['total_energy_drop']:.6g}, "
+            f"{o['seconds']:.3g} s)"
         )
     if not r["finite"]:
         lines.append("  valid: NO (energies that are not finite)")

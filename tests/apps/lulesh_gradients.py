@@ -3,7 +3,9 @@
 ``python lulesh_gradients.py SIZE OUT.npz`` (under ``mpiexec -n P``, P a cube): rank 0 writes
 - ``step_<field>``: one cycle's gradient (cycle 3) of every state field, copies of shared entries summed;
 - ``run_params`` and ``run_coords``: the whole run's (-i 20) dJ/d(parameters) and dJ/d(initial coordinates);
-- ``run_check``: the whole run's central-difference check, as relative errors.
+- ``run_check``: the whole run's central-difference check, as relative errors;
+- ``misfit``: J and dJ/d(parameters) of the whole run for a least-squares misfit of the final positions and
+  velocities (every node counted once, however many ranks hold it) to those of a run with other parameters.
 """
 
 from __future__ import annotations
@@ -40,6 +42,13 @@ def main(size: int, path: str) -> None:
     out["run_coords"] = adjoint.gather(hydro, "xv", result.coords)
     out["run_check"] = np.array([c["rel_error"] for c in check["entries"]])
     out["run_energy"] = np.array([result.energy, result.cycles])
+
+    observed = hydro.initial_state(parameters | {"hgcoef": 2.5})
+    hydro.setup(observed)
+    hydro.advance(observed, RUN_CYCLES)
+    misfit = adjoint.LeastSquares(hydro, "xv", hydro.memory.get(observed.xv))
+    fitted = adjoint.sensitivity(hydro, RUN_CYCLES, parameters, snapshots=4, objective=misfit)
+    out["misfit"] = np.array([fitted.value, *(fitted.parameters[n] for n in PARAMETERS)])
     if comm.rank == 0:
         np.savez(path, **out)
 

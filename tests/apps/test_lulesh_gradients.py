@@ -149,7 +149,7 @@ def test_eight_ranks_give_the_serial_gradients_of_twice_the_edge(tmp_path):
     # ones depends on the decomposition. Their symmetric parts are the same.
     serial["run_coords"], ranks["run_coords"] = (_symmetric_part(r["run_coords"], 5) for r in (serial, ranks))
     for key, value in serial.items():
-        if key.startswith("step_") or key in ("run_params", "run_coords", "run_energy"):
+        if key.startswith("step_") or key in ("run_params", "run_coords", "run_energy", "misfit"):
             scale = np.abs(value).max()
             np.testing.assert_allclose(ranks[key], value, rtol=1e-10, atol=1e-10 * scale, err_msg=key)
     assert (ranks["run_check"] < 1e-5).all() and (serial["run_check"] < 1e-5).all()

@@ -361,8 +361,17 @@ def test_cli_optimize_lowers_energies(tmp_path, capsys):
     assert main(argv) == 0  # the reference check and --output see the energies before optimization
     np.testing.assert_allclose(np.loadtxt(out), reference_energies(deck), rtol=2e-5, atol=2e-3)
     text = capsys.readouterr().out
-    improved = int(text.split("lowered the energy of ")[1].split()[0])
+    improved = int(text.split("L-BFGS steps lowered the energy of ")[1].split()[0])
     assert improved > 20
+
+
+@pytest.mark.parametrize("optimizer", ["descent", "random"])
+def test_cli_optimize_with_the_baselines(tmp_path, optimizer):
+    out = tmp_path / "r.json"
+    argv = ["--poses", "64", "--iterations", "1", "--threads", "1", "--optimize", "3", "--json", str(out)]
+    assert main([*argv, "--optimizer", optimizer]) == 0
+    o = json.loads(out.read_text())["optimize"]
+    assert o["method"] == optimizer and o["steps"] == 3 and o["poses_improved"] > 0
 
 
 @pytest.mark.parametrize(
@@ -378,6 +387,9 @@ def test_cli_optimize_lowers_energies(tmp_path, capsys):
         (["--check"], "--check: only with --mode grad"),
         (["--wrt", "poses"], "--wrt: only with --mode grad"),
         (["--threads", "4096"], "--threads"),
+        (["--optimize", "-1"], "--optimize: -1 must not be negative"),
+        (["--optimizer", "random"], "--optimizer: only with --optimize K"),
+        (["--optimize", "2", "--optimizer", "newton"], "--optimizer"),
     ],
 )
 def test_cli_errors_are_one_line(argv, names, capsys):
@@ -408,7 +420,7 @@ def test_cli_help_shows_the_defaults(capsys):
     text = " ".join(capsys.readouterr().out.split())
     assert exc.value.code == 0 and text.startswith("usage: python -m apps.minibude")
     assert (
-        "K descent steps on the poses (default: 0)" in text
+        "K steps of local optimization of every pose (--optimizer) (default: 0)" in text
         and "(default: 8)" in text
         and "(default: protein)" in text
         and "(default: cpu)" in text

@@ -170,8 +170,8 @@ def test_the_memory_estimate_is_the_peak_of_a_simulated_run(monkeypatch, mode):
     assert abs(estimate - peak) <= 0.01 * peak, (estimate, peak)
 
 
-def _gradients(nx: int, device: str) -> tuple[dict[str, np.ndarray], Any]:
-    from apps.lulesh.adjoint import StepGradient, sensitivity
+def _gradients(nx: int, device: str) -> tuple[dict[str, np.ndarray], Any, Any]:
+    from apps.lulesh.adjoint import LeastSquares, StepGradient, sensitivity
 
     memory = Memory(device)
     h = H.Hydro(M.build(nx, 1, 0, 11, 1, 1), pad.mpi.Comm(MPI.COMM_SELF), memory)
@@ -180,13 +180,17 @@ def _gradients(nx: int, device: str) -> tuple[dict[str, np.ndarray], Any]:
     h.advance(s, 2)
     h.time_increment(s, first=False)
     step = {name: memory.get(a).copy() for name, a in StepGradient(h)(s).items()}
-    return step, sensitivity(h, 4, H.default_parameters(nx, 1), snapshots=2)
+    parameters = H.default_parameters(nx, 1)
+    misfit = LeastSquares(h, "e", np.zeros(h.mesh.nelem))  # J = sum e^2 / 2 at the end
+    run = sensitivity(h, 4, parameters, snapshots=2)
+    return step, run, sensitivity(h, 4, parameters, snapshots=2, objective=misfit)
 
 
 def test_device_gradients_agree_with_the_cpu():
-    """One cycle's gradient of the whole state, and the whole run's (checkpointed) gradient."""
+    """One cycle's gradient of the whole state, and the whole run's (checkpointed) gradients of the Final
+    Origin Energy and of a least-squares misfit."""
     nx = 2 if SIMULATED else 12
-    (step_cpu, run_cpu), (step_gpu, run_gpu) = _gradients(nx, "cpu"), _gradients(nx, "gpu")
+    (step_cpu, run_cpu, fit_cpu), (step_gpu, run_gpu, fit_gpu) = _gradients(nx, "cpu"), _gradients(nx, "gpu")
     for name, a in step_cpu.items():
         np.testing.assert_allclose(step_gpu[name], a, rtol=1e-9, atol=1e-9 * np.abs(a).max(), err_msg=name)
     assert run_gpu.cycles == run_cpu.cycles == 4
@@ -194,3 +198,7 @@ def test_device_gradients_agree_with_the_cpu():
         assert abs(run_gpu.parameters[name] - value) <= 1e-9 * abs(value), name
     scale = np.abs(run_cpu.coords).max()
     np.testing.assert_allclose(run_gpu.coords, run_cpu.coords, rtol=1e-9, atol=1e-9 * scale)
+    assert abs(fit_gpu.value - fit_cpu.value) <= 1e-12 * fit_cpu.value
+    for name, value in fit_cpu.parameters.items():
+        assert abs(fit_gpu.parameters[name] - value) <= 1e-9 * abs(value), name
+    assert fit_cpu.parameters["einit"] != 0.0

@@ -11,6 +11,7 @@ import pytest
 from apps.minibude.__main__ import FD_TOLERANCE
 from apps.minibude.deck import InputError
 from apps.minibude.driver import Docking
+from apps.minibude.optimize import optimize
 from tests.apps.minibude_support import real_deck, small_deck, smoothed
 
 MPI = pytest.importorskip("mpi4py.MPI")
@@ -40,6 +41,24 @@ def test_energies_and_gradients_agree_with_serial():
         scale = float(np.abs(expected).max())
         ok = ok and _agree(got, expected, rtol=1e-4, atol=1e-4 * scale)
     assert _all(ok), f"rank {comm.rank}: MPI results differ from the serial ones on {comm.size} ranks"
+
+
+@pytest.mark.mpi
+@pytest.mark.parametrize("method", ["lbfgs", "random"])
+def test_optimized_poses_and_counts_agree_with_serial(method):
+    """Each rank moves its own poses: the poses reached (L-BFGS), and the counts over ranks, are the serial
+    run's; random search draws per rank, so only its counts are summed alike."""
+    comm = MPI.COMM_WORLD
+    deck = small_deck(nposes=23)
+    serial, parallel = Docking(deck, ppwi=4), Docking(deck, ppwi=4, comm=comm)
+    got, want = optimize(parallel, method, steps=4), optimize(serial, method, steps=4)
+    ok = got["steps"] == 4 and 0 < got["poses_improved"] <= deck.nposes
+    parallel.score()
+    energies = parallel.gather_energies()
+    if method == "lbfgs":
+        ok = ok and got["poses_improved"] == want["poses_improved"]
+        ok = ok and (comm.rank != 0 or np.array_equal(energies, serial.score()))
+    assert _all(ok), f"rank {comm.rank}: {got} on {comm.size} ranks, {want} serially"
 
 
 @pytest.mark.mpi
