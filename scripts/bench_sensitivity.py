@@ -64,7 +64,8 @@ def run_case(size: int, device: str, threads: int, memory: str, iterations: int 
         "valid": r["valid"],
         "targets": {
             "overhead": r["overhead"] <= TARGET_OVERHEAD[device],
-            "recomputed_within_5_percent": r["recomputed_steps"] <= best * (1 + TARGET_RECOMPUTED),
+            "recomputed_within_5_percent": best is not None
+            and r["recomputed_steps"] <= best * (1 + TARGET_RECOMPUTED),
             "peak_within_budget": budget is None or r["peak_state_bytes"] <= budget,
         },
     }

@@ -577,10 +577,11 @@ def _sensitivity(
     if args.plot:
         _plot(args, coords, hydro.mesh.tp, result.cycles)
     stats = result.stats
+    best: tuple[str, int] | tuple[None, None]
     if budget is None:
         best = ("revolve", pad.checkpoint.optimal_recomputations(stats.nsteps, args.snapshots))
     else:
-        best = pad.checkpoint.best_offline(stats.nsteps, budget, stats)
+        best = pad.checkpoint.best_offline(stats.nsteps, budget, stats) or (None, None)
     out = {
         "time_grad_s": result.seconds,
         "time_primal_s": primal["elapsed_s"],
@@ -729,10 +730,15 @@ def _gradient_lines(r: dict[str, Any]) -> str:
         f"Gradient of the run  = {r['time_grad_s']:10.4g} (s), primal {r['time_primal_s']:10.4g} (s): "
         f"overhead {r['overhead']:.2f}x\n"
         f"Checkpointing        = {r['schedule']}{budget}: {r['snapshots_peak']} snapshots at most, "
-        f"{r['recomputed_steps']} steps recomputed (best offline schedule for this memory: "
-        f"{r['optimal_schedule']}, {r['optimal_recomputed_steps']}), peak {format_size(r['peak_state_bytes'])} "
+        f"{r['recomputed_steps']} steps recomputed ({_best_offline(r)}), peak {format_size(r['peak_state_bytes'])} "
         f"measured" + (f", {r['sessions']} sessions" if r["sessions"] > 1 else "") + "\n"
     )
+
+
+def _best_offline(r: dict[str, Any]) -> str:
+    if r["optimal_schedule"] is None:
+        return "no offline schedule fits this memory at the sizes measured"
+    return f"best offline schedule for this memory: {r['optimal_schedule']}, {r['optimal_recomputed_steps']}"
 
 
 def _check_lines(r: dict[str, Any]) -> str:

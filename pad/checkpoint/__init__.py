@@ -358,10 +358,12 @@ def optimal_recomputations(nsteps: int, snapshots: int) -> int:
     return revolve_steps(nsteps, snapshots) - nsteps
 
 
-def best_offline(nsteps: int, memory: int | str, stats: Stats) -> tuple[str, int]:
+def best_offline(nsteps: int, memory: int | str, stats: Stats) -> tuple[str, int] | None:
     """The schedule an offline ``loop`` of ``nsteps`` steps would pick in ``memory``, and its step calls
     beyond the first sweep, for a loop whose measured sizes ``stats`` gives (the best of keep-all, Revolve
-    and Mixed there: what ``while_loop``'s online schedule is compared with)."""
+    and Mixed there: what ``while_loop``'s online schedule is compared with); None where none fits (an
+    online run can still finish there: it sized its budget by the state of its first steps, which a
+    loop's state may outgrow)."""
     budget = parse_size(memory)
     sizes = Sizes(stats.snapshot_bytes, stats.record_bytes, stats.state_bytes)
     if nsteps < 1:
@@ -369,9 +371,7 @@ def best_offline(nsteps: int, memory: int | str, stats: Stats) -> tuple[str, int
     if nsteps * sizes.record + sizes.snapshot <= budget:
         return "keep-all", 0
     choice = choose(nsteps, budget - sizes.final, sizes)
-    if choice is None:
-        raise BudgetError(f"pad.checkpoint: {format_size(budget)} holds no schedule of this loop")
-    return choice.name, choice.recomputed
+    return None if choice is None else (choice.name, choice.recomputed)
 
 
 def _refuse_shadow_reads(ctx: tape.Context, cond: Callable[..., Any], args: tuple) -> None:

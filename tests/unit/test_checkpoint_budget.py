@@ -105,6 +105,12 @@ def test_a_small_budget_is_honoured_and_gives_the_same_bits(while_, budget):
         assert stats.recomputed <= best + 3
 
 
+def test_no_offline_schedule_in_a_budget_below_two_snapshots():
+    _, stats = grads(60, while_=True, memory=1_400)
+    assert checkpoint.best_offline(60, 2 * stats.snapshot_bytes - 1, stats) is None
+    assert checkpoint.best_offline(60, 1_400, stats) is not None
+
+
 @pytest.mark.parametrize("budget", [1_400, 2_000, 4_000, 9_000])
 def test_an_expected_step_count_gives_while_loop_the_offline_schedule(budget):
     got, stats = grads(60, while_=True, memory=budget, expected_steps=60)
