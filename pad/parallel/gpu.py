@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from pad import arrays, tape
+from pad import arrays, replay, tape
 from pad.kernel import Variant, compiler
 from pad.kernel.cuda_runtime import cuda
 from pad.kernel.emit import BLOCK
@@ -95,6 +95,9 @@ def _slots(variant: Variant, n: int, args: Sequence[Any], like: Any) -> int:
     """Tape slots per launch index the adjoint needs (compile-time, or bounded by the depth kernel)."""
     if variant.depth_launcher is None:
         return variant.tape_slots
+    record = replay.recording()
+    if record is not None:  # the depth is read on the host, which a replay skips
+        record.refuse(f"the adjoint of {variant.kernel} sizes its tape on the host")
     depth = arrays.zeros(like, (n,), np.int64)  # zeros: a launch compiled ahead does not run
     _launch(variant.depth_launcher, _blocks(n), [*ordered(head("cuda"), _n=n), *args, depth])
     return int(depth.max()) if arrays.is_cupy(depth) else int(depth.copy_to_host().max())

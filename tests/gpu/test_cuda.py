@@ -15,6 +15,7 @@ import pad
 from pad import arrays
 from pad.parallel import _run
 from tests.gpu.test_corpus_cuda import SIMULATED, _gpu_available, device
+from tests.unit.test_graph import check_replayed_gradient
 
 pytestmark = [
     pytest.mark.gpu,
@@ -463,3 +464,22 @@ def test_array_operations_on_the_device():
         pad.Dup(device(x), device(np.zeros_like(x))),
         pad.Dup(device(y), device(np.zeros_like(y))),
     )
+
+
+def test_a_differentiated_step_replays_on_the_device():
+    """On a GPU the record is one CUDA graph: the adjoints' tapes are allocated while it is captured."""
+    check_replayed_gradient(device, arrays.to_host)
+
+
+def test_a_tape_sized_on_the_host_is_not_replayed():
+    """An adjoint whose tape depth a first kernel bounds reads it on the host: its step runs every call."""
+    m, x, y, dx, dy = (device(a) for a in (np.full(64, 3), np.linspace(0, 1, 64), *np.zeros((3, 64))))
+
+    def step() -> None:
+        pad.fill(dy, 1.0)
+        pad.autodiff(lambda a, b: pad.launch(series, 64, m, a, b), pad.Dup(x, dx), pad.Dup(y, dy))
+
+    g = pad.graph(step)
+    g()
+    g()
+    assert g.why is not None and "sizes its tape on the host" in g.why
