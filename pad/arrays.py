@@ -258,6 +258,8 @@ def assign(dst: Any, values: Any) -> None:
             values.get(out=dst)  # blocking: waits for the stream's work, then the copy
         else:
             values.copy_to_host(dst)
+    elif isinstance(dst, np.ndarray) and isinstance(values, np.ndarray):
+        copyto(dst, values)
     elif isinstance(dst, np.ndarray) or is_cupy(dst):
         dst[...] = values if library(values) == library(dst) else like(dst, to_host(values))
     else:

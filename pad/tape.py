@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import hashlib
 import inspect
 import linecache
@@ -26,7 +27,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from pad import arrays
+from pad import arrays, replay
 from pad.annotations import Active, Const, Dup
 from pad.kernel import checks
 
@@ -127,7 +128,9 @@ class Kept:
         self.users -= 1
         if self.copied and self.users <= 0:
             return self.array
-        return arrays.copy(self.array)
+        scratch = arrays.copy(self.array)
+        _redo(arrays.assign, scratch, self.array)
+        return scratch
 
     def release(self) -> None:
         self.users -= 1
@@ -143,6 +146,14 @@ def _key(a: Any) -> tuple:
 
 def _is_float_array(a: Any) -> bool:
     return hasattr(a, "dtype") and hasattr(a, "shape") and a.dtype.kind == "f"
+
+
+def _redo(work: Callable[..., None], *operands: Any) -> None:
+    """Add ``work(*operands)``, device work the tape just did (a copy, a fill), to the record a ``pad.graph``
+    step is making, if any: a replay redoes it where the step's Python made it."""
+    record = replay.recording()
+    if record is not None:
+        record.add(functools.partial(work, *operands), cupy=all(map(arrays.is_cupy, operands)))
 
 
 # ---------------------------------------------------------------------------------------------- contexts
@@ -255,10 +266,14 @@ class Context:
             return self._shadow_by_id[id(x)][1]
 
     def _zero_shadow(self, x: Any) -> Any:
-        return self._owned_like(x, arrays.zeros_like, lambda a: arrays.fill(a, 0))
+        dx = self._owned_like(x, arrays.zeros_like, lambda a: arrays.fill(a, 0))
+        _redo(arrays.zero, dx)
+        return dx
 
     def _copy(self, x: Any) -> Any:
-        return self._owned_like(x, arrays.copy, lambda a: arrays.copyto(a, x))
+        copy = self._owned_like(x, arrays.copy, lambda a: arrays.copyto(a, x))
+        _redo(arrays.assign, copy, x)
+        return copy
 
     def _owned_like(self, x: Any, make: Callable[[Any], Any], refill: Callable[[np.ndarray], None]) -> Any:
         """``make(x)``, for this context alone; in reverse mode a pooled host array ``refill``-ed instead
@@ -448,7 +463,15 @@ class Context:
 
     # -- recording (reverse mode) --------------------------------------------------------------------
     def record(self, rec: Record) -> None:
-        """Append ``rec`` to the current recording (wrapped by ``guard`` with the shadows it touched)."""
+        """Append ``rec`` to the current recording (wrapped by ``guard`` with the shadows it touched).
+
+        In a step ``pad.graph`` records, only records whose adjoints do all their device work through the
+        record (``replayable``: launches) let it be replayed."""
+        step = replay.recording()
+        if step is not None and not getattr(rec, "replayable", False):
+            step.refuse(
+                f"it differentiates an operation whose adjoint a replay does not redo ({type(rec).__name__})"
+            )
         if self.guard is not None:
             touched = _touched.get()
             if touched:
@@ -722,6 +745,11 @@ def _prepare(ctx: Context, args: tuple, reverse_mode: bool, f: Callable[..., Any
         elif isinstance(arg, Active):
             if not reverse_mode:
                 raise TypeError(f"{what}: pad.Active is for autodiff; use pad.Dup(value, tangent) in fwddiff")
+            step = replay.recording()
+            if step is not None:
+                step.refuse(
+                    f"autodiff returns the derivative of an Active scalar ({what}), which a replay cannot"
+                )
             values.append(_active_scalar(ctx, arg.value, 0.0, what))
         elif isinstance(arg, Const):
             if hasattr(arg.value, "shape"):
@@ -766,9 +794,10 @@ def autodiff(f: Callable[..., Any], *args: Any, fuse: bool = False) -> tuple[flo
             reverse_records(ctx.records)
             for check in ctx.after_reverse:
                 check()
-        for a in (ref() for ref in ctx._owned):
-            if a is not None:
-                POOL.give(a)
+        if replay.recording() is None:  # a recorded step's replays use them
+            for a in (ref() for ref in ctx._owned):
+                if a is not None:
+                    POOL.give(a)
     except BaseException:
         ctx.flush()  # a failed autodiff still leaves the primal results
         raise

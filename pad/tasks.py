@@ -31,8 +31,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Executor, ProcessPoolExecutor, ThreadPoolExecutor
 from typing import Any
 
-from pad import tape
-from pad.parallel import graph
+from pad import replay, tape
 
 __all__ = ["Task", "executor", "spawn", "wait_all"]
 
@@ -245,7 +244,7 @@ def _forget(ctx: tape.Context, task: Task) -> None:
 
 def spawn(fn: Callable[..., Any], *args: Any) -> Task:
     """Run ``fn(*args)`` asynchronously; inside ``autodiff`` its adjoint runs as a task too."""
-    record = graph.recording()
+    record = replay.recording()
     if record is not None:
         record.refuse("it spawns tasks")
     frame = sys._getframe(1)

@@ -107,7 +107,9 @@ class StepGradient:
     """One cycle's gradient: ``pad.autodiff`` of the leap-frog step with respect to the whole state.
 
     Called in place of ``Hydro.leapfrog``: it advances the state by one step, and leaves in ``shadows``
-    the gradient of ``J = sum over ranks <seeds, state after>`` with respect to the state before.
+    the gradient of ``J = sum over ranks <seeds, state after>`` with respect to the state before. The
+    seeds' copies and the ``autodiff`` are one ``pad.graph`` step: recorded on a state's first cycle and
+    replayed on the next ones (on a GPU as one CUDA graph), without the tape's Python per launch.
     """
 
     def __init__(self, hydro: Hydro) -> None:
@@ -122,6 +124,7 @@ class StepGradient:
             self.shadows[name] = hydro.memory.put(np.zeros(shape))
         self.seeds["clock"] = hydro.memory.put(np.zeros(probe.clock.shape))
         self.clock_shadow = hydro.memory.put(np.zeros(probe.clock.shape))
+        self.replayed = pad.graph(self.differentiate)
 
     def arguments(self, s: State) -> list[Any]:
         """``s``'s arrays annotated for ``autodiff``: ``Dup`` with the seeds copied in.
@@ -138,8 +141,12 @@ class StepGradient:
         return out
 
     def __call__(self, s: State) -> dict[str, Any]:
-        pad.autodiff(self.step, *self.arguments(s), *constants(self.hydro))
+        self.replayed(s)
         return self.shadows
+
+    def differentiate(self, s: State) -> None:
+        """The recorded step: the seeds copied into the shadows, then the leap-frog step's ``autodiff``."""
+        pad.autodiff(self.step, *self.arguments(s), *constants(self.hydro))
 
     def step(self, *arrays: Any) -> None:
         self.hydro.leapfrog(State(*arrays[: len(FIELDS)]))

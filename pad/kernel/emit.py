@@ -509,11 +509,22 @@ class CudaPrinter(Printer):
         return rule.wide or (rule.cuda is not None and rule.result in ("float", "same", "promote"))
 
     groups: int = 0
+    # Accumulations at constant indices into arrays the kernel never reads (``_b_clock[1] += v``): element ->
+    # the thread's sum of them, summed per block after the body and added once per block
+    block_sums: dict[tuple[str, tuple], str] = field(default_factory=dict)
 
     def emit(self, stmts: list[Stmt], indent: int) -> None:
         """As ``Printer.emit``; adjacent accumulations at uniform indices share one warp aggregation."""
         run: list[Store] = []
         for s in [*stmts, None]:
+            element = _element(s) if isinstance(s, Store) and self.block_sums else None
+            summed = self.block_sums.get(element) if element is not None else None
+            if isinstance(s, Store) and summed is not None:
+                add = [f"{summed} += {self.expr(s.value, 'f8', 0)}"]
+                self.lines += [
+                    "    " * indent + line for line in (add if self.sharing else self.first_lane(add))
+                ]
+                continue
             key = uniform_add_names(s, self.varying)
             if run and key != uniform_add_names(run[0], self.varying):
                 self.lines += ["    " * indent + line for line in self.aggregated(run)]
@@ -669,6 +680,7 @@ def cuda_kernel_source(
     tiles = _tiled(body, atomic, offsets, kinds) if sites is None else {}  # PAD_DEBUG: each add checked
     p = CudaPrinter(types, kinds, varying=varying, ranks=ranks, atomic=atomic, tiles=tiles, offsets=offsets)
     p.sites, p.launch_index, p.quotes = sites, launch_index, launcher.quotes
+    p.block_sums = _block_sums(body, atomic, kinds) if sites is None else {}  # PAD_DEBUG: each add checked
     p.sized_stacks = launcher.stack is not None
     p.renamable = _renamable(body, launch_index)
     uses_tape = any(isinstance(s, (Push, Pop)) for s in walk(body))
@@ -692,8 +704,8 @@ def cuda_kernel_source(
     p.lines.append("    _tid = cuda.grid(1)")
     if p.split:  # _G consecutive lanes (a power of two, at most 16) per launch index
         p.lines += ["    _col = _tid", "    _lane = _tid % _G", "    _tid //= _G"]
-    for acc in launcher.accumulators:
-        p.lines.append(f"    _acc{acc} = 0.0")
+    for acc in [*(f"_acc{a}" for a in launcher.accumulators), *p.block_sums.values()]:
+        p.lines.append(f"    {acc} = 0.0")
     staged = _staged_slots(body, offsets, tiles)
     p.lines += _tile_sums(tiles, staged, kinds)
     p.lines.append("    if _tid < _n:")
@@ -709,28 +721,61 @@ def cuda_kernel_source(
     for acc in launcher.accumulators:
         p.lines += ["        " + line for line in p.first_lane([f"_acc{acc} += {p.current(acc)}"])]
     p.lines += _tile_epilogue(tiles, staged, kinds)
-    if launcher.accumulators:
+    # Per-block sums, each added by one atomic: active scalars' adjoints, and the block sums' elements.
+    sums = [
+        (f"_acc{acc}", f"{ACTIVE_SCALARS}, (0, {slot})") for slot, acc in enumerate(launcher.accumulators)
+    ]
+    for (array, index), name in p.block_sums.items():
+        at = ", ".join(map(str, index))
+        sums.append((name, f"{array.removeprefix(PRIVATE)}, {at if len(index) == 1 else f'({at})'}"))
+    if sums:
         p.lines += [
-            f"    _sum = cuda.shared.array(({len(launcher.accumulators)}, {BLOCK}), np.float64)",
+            f"    _sum = cuda.shared.array(({len(sums)}, {BLOCK}), np.float64)",
             "    _t = cuda.threadIdx.x",
         ]
-        p.lines += [f"    _sum[{slot}, _t] = _acc{acc}" for slot, acc in enumerate(launcher.accumulators)]
+        p.lines += [f"    _sum[{slot}, _t] = {name}" for slot, (name, _) in enumerate(sums)]
         p.lines += [
             "    cuda.syncthreads()",
             f"    _w = {BLOCK // 2}",
             "    while _w > 0:",
             "        if _t < _w:",
         ]
-        p.lines += [
-            f"            _sum[{slot}, _t] += _sum[{slot}, _t + _w]"
-            for slot in range(len(launcher.accumulators))
-        ]
+        p.lines += [f"            _sum[{slot}, _t] += _sum[{slot}, _t + _w]" for slot in range(len(sums))]
         p.lines += ["        cuda.syncthreads()", "        _w //= 2", "    if _t == 0:"]
         p.lines += [
-            f"        cuda.atomic.add({ACTIVE_SCALARS}, (0, {slot}), _sum[{slot}, 0])"
-            for slot in range(len(launcher.accumulators))
+            f"        cuda.atomic.add({target}, _sum[{slot}, 0])" for slot, (_, target) in enumerate(sums)
         ]
     return "\n".join(p.lines) + "\n", bool(p.split)
+
+
+def _element(s: Store) -> tuple[str, tuple] | None:
+    """The array and constant index of a store (``("_pvx", (1,))``), as ``CudaPrinter.block_sums`` keys
+    them; None if its index is not constant."""
+    if not all(isinstance(x, Lit) for x in s.index):
+        return None
+    return s.array, tuple(x.value for x in s.index)  # type: ignore[attr-defined]
+
+
+def _block_sums(body: list[Stmt], atomic: set[str], kinds: dict[str, Kind]) -> dict[tuple[str, tuple], str]:
+    """Accumulations at constant indices into float64 arrays the kernel never reads (the adjoint of a time
+    step or a parameter every thread reads): each element -> the name of the thread's sum of its adds.
+
+    Added at once they would queue on one address, one atomic per warp; summed per block first, there is
+    one per block (what ``cuda_kernel_source`` does for active scalars' adjoints too)."""
+    read = {a.removeprefix(PRIVATE) for s in walk(body) for x in exprs_of(s) for a in arrays_in(x)}
+    sums: dict[tuple[str, tuple], str] = {}
+    for s in walk(body):
+        array = s.array.removeprefix(PRIVATE) if isinstance(s, Store) else ""
+        if (
+            isinstance(s, Store)
+            and s.accumulate
+            and array in atomic
+            and array not in read
+            and _element(s) is not None
+            and element_type(kinds[base_name(array)]) == "f8"  # type: ignore[arg-type]
+        ):
+            sums.setdefault(_element(s), f"_bs{len(sums)}")  # type: ignore[arg-type]
+    return sums
 
 
 def launch_offsets(body: list[Stmt], launch_index: str) -> dict[str, int]:

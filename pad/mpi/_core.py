@@ -22,9 +22,8 @@ import numpy as np
 from mpi4py import MPI
 from mpi4py.util.dtlib import from_numpy_dtype
 
-from pad import arrays, tape
+from pad import arrays, replay, tape
 from pad.mpi import _wire
-from pad.parallel import graph
 
 IN_PLACE = MPI.IN_PLACE
 SUM, PROD, MIN, MAX = MPI.SUM, MPI.PROD, MPI.MIN, MPI.MAX
@@ -547,11 +546,13 @@ def messages(comm: Comm, ctx: tape.Context, op: str, adj: str) -> Wire:
 def _recorded(comm: Comm, name: str, method: Any, args: tuple, kwargs: dict, cupy: bool) -> None:
     """Add the op to the record a ``pad.graph`` step is making: replayable alone on one rank, outside
     ``autodiff``."""
-    record = graph.recording()
+    record = replay.recording()
     if record is None:
         return
-    if comm._size > 1 or name not in ONE_RANK or tape.current() is not None:
+    if comm._size > 1 or name not in ONE_RANK:
         record.refuse(f"it communicates ({name} on a communicator of {comm._size} ranks)")
+    elif tape.current() is not None:
+        record.refuse(f"it differentiates a collective ({name}), whose adjoint a replay does not redo")
     else:
         record.add(functools.partial(method, comm, *args, **kwargs), cupy=cupy)
 

@@ -111,6 +111,10 @@ class Halo:
             for rank, _, recv, _, tag in self.links
             if recv is not None and not (owner_wins and rank < me)
         ]
+        if not (
+            sends or recvs
+        ):  # a rank without neighbours (a run of one): nothing to pack, record or replay
+            return
         if owner_wins:
             recvs.sort(key=lambda link: link[0])  # unpacked in increasing rank: the highest sharer's wins
         if ctx is not None:

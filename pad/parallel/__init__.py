@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from pad import arrays, tape
+from pad import arrays, replay, tape
 from pad.kernel import Kernel, KernelSyntaxError, Variant, checks
-from pad.parallel import cpu, graph, plans
+from pad.parallel import cpu, plans
 
 __all__ = ["LaunchAccess", "LaunchRecord", "launch", "launch_stats"]
 
@@ -59,8 +59,15 @@ def _target(k: Kernel, args: tuple) -> str:
 
 
 def _run(variant: Variant, n: int, args: tuple, extras: Any = (), shadows: Any = None) -> Any:
+    """Run a launcher (primal, tangent or adjoint), and add it to the record a ``pad.graph`` step is making."""
     if variant.race and n > 1:
         raise KernelSyntaxError(variant.race)
+    record = replay.recording()
+    if record is not None:
+        cupy = variant.target == "cuda" and all(
+            arrays.is_cupy(a) for a in (*args, *extras) if getattr(a, "ndim", 0)
+        )
+        record.add(functools.partial(_run, variant, n, args, extras, shadows), cupy=cupy)
     try:
         if variant.target == "cpu":
             return cpu.run(variant, n, args, extras, shadows)
@@ -89,16 +96,9 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
     n = _check(k, n)
     target = _target(k, args)
     ctx = tape.current()
-    replay = graph.recording()
     if ctx is None:
-        variant = k.variant(args, "primal", target=target)
-        _run(variant, n, args)
-        if replay is not None:
-            cupy = target == "cuda" and all(arrays.is_cupy(a) for a in args if getattr(a, "ndim", 0))
-            replay.add(functools.partial(_run, variant, n, args), cupy=cupy)
+        _run(k.variant(args, "primal", target=target), n, args)
         return
-    if replay is not None:
-        replay.refuse(f"it differentiates ({k.fn.__name__} launched inside autodiff or fwddiff)")
     if ctx.protected:  # arrays under differentiation, read-only to the program: kernels get writable aliases
         args = tuple(map(ctx.writable, args))
     checked = checks.enabled()
@@ -155,6 +155,9 @@ class LaunchRecord:
     """A recorded launch; its adjoint runs the adjoint launcher on kept values and shadows."""
 
     __slots__ = ("args", "ctx", "deferred", "kept", "n", "shadows", "slots", "variant")
+    replayable = (
+        True  # its device work goes through ``_run`` and the tape, which add it to a pad.graph record
+    )
 
     def __init__(
         self,

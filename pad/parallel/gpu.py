@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from pad import arrays, tape
+from pad import arrays, replay, tape
 from pad.kernel import Variant, compiler
 from pad.kernel.cuda_runtime import cuda
 from pad.kernel.emit import BLOCK
@@ -95,6 +95,9 @@ def _slots(variant: Variant, n: int, args: Sequence[Any], like: Any) -> int:
     """Tape slots per launch index the adjoint needs (compile-time, or bounded by the depth kernel)."""
     if variant.depth_launcher is None:
         return variant.tape_slots
+    record = replay.recording()
+    if record is not None:  # the depth is read on the host, which a replay skips
+        record.refuse(f"the adjoint of {variant.kernel} sizes its tape on the host")
     depth = arrays.zeros(like, (n,), np.int64)  # zeros: a launch compiled ahead does not run
     _launch(variant.depth_launcher, _blocks(n), [*ordered(head("cuda"), _n=n), *args, depth])
     return int(depth.max()) if arrays.is_cupy(depth) else int(depth.copy_to_host().max())
@@ -133,8 +136,11 @@ def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = (
             )
         stats["tape_bytes"] = nbytes
         stats["peak_tape_bytes"] = max(stats["peak_tape_bytes"], nbytes)
-        overflow = _overflow_flag(variant.kernel, like)
-        call += ordered(TAPE, _tape=arrays.empty(like, (slots, columns), np.float64), _overflow=overflow)
+        # Only a tape whose depth a kernel bounded at run time can overflow; a fixed-size one needs no check
+        # (and so no wait for the device at the end of the reverse pass).
+        overflow = _overflow_flag(variant.kernel, like) if variant.depth_launcher is not None else None
+        flag = _never_set(like) if overflow is None else overflow
+        call += ordered(TAPE, _tape=arrays.empty(like, (slots, columns), np.float64), _overflow=flag)
     _launch(variant.launcher, _blocks(n * lanes), call)
     _clear_seeds(variant, n, extras)
     if overflow is not None and tape.current() is None:
@@ -168,6 +174,19 @@ def _overflow_flag(kernel: str, like: Any) -> Any:
     flag, kernels = per_device[device]
     if kernel not in kernels:
         kernels.append(kernel)
+    return flag
+
+
+_unused_flags: dict[tuple[type, int], Any] = {}
+
+
+def _never_set(like: Any) -> Any:
+    """The overflow flag of the launches whose tape cannot overflow (its size is known at compile time):
+    one per array type and device, never read."""
+    key = (type(like), arrays.device_id(like) or 0)
+    flag = _unused_flags.get(key)
+    if flag is None:
+        flag = _unused_flags[key] = arrays.zeros(like, (1,), np.int32)
     return flag
 
 

@@ -4,21 +4,28 @@ A time loop calls the same step with the same arrays thousands of times; each ca
 microseconds of Python per launch, which on a GPU is more than a small kernel takes. ``pad.graph(step)``
 runs ``step`` normally on its first call for given arguments and records the pad operations it makes
 (launches, and collectives of single-rank communicators, which are copies); later calls with the same
-arguments replay the record. On a GPU the record is captured once as a CUDA graph (CuPy's stream capture)
-and each replay is one graph launch, so the host's cost of a step no longer grows with its launches.
+arguments replay the record (``pad.replay``). On a GPU the record is captured once as a CUDA graph (CuPy's
+stream capture) and each replay is one graph launch, so the host's cost of a step no longer grows with its
+launches.
+
+A step may differentiate: an ``autodiff`` (or ``fwddiff``) inside it is recorded whole, its forward
+launches, the tape's copies and zeroed shadows, and its adjoint launches, so that a replay computes the same
+gradient without the tape's Python. The record holds the memory this needs (shadows of intermediates, kept
+values, the adjoints' tapes) as long as it is kept.
 
 Arguments are compared by identity for arrays (and their shape, strides and dtype) and by value for
-scalars; tuples, lists, dicts and dataclasses of them are looked into. A call whose arguments differ from
-every record's is recorded anew (a few records are kept). What a replay skips is everything in the step
-that is not a pad operation: Python side effects, NumPy or CuPy work, reads of array values. As with a
-jitted function, the step must depend on nothing but its arguments. A step that cannot be replayed
-(communication over several ranks, tasks, or an ``autodiff`` inside it) runs as it is on every call;
-``Graph.why`` says why. Inside ``autodiff``/``fwddiff`` a graph runs its step, whose launches the tape records.
+scalars; tuples, lists, dicts and dataclasses of them are looked into, and ``Dup``/``Const``/``Active``
+by what they hold. A call whose arguments differ from every record's is recorded anew (a few records are
+kept). What a replay skips is everything in the step that is not a pad operation: Python side effects,
+NumPy or CuPy work, reads of array values. As with a jitted function, the step must depend on nothing but
+its arguments. A step that cannot be replayed (communication over several ranks, tasks, an ``autodiff``
+that returns derivatives of ``Active`` scalars or differentiates communication or a checkpointed loop)
+runs as it is on every call; ``Graph.why`` says why. Inside ``autodiff``/``fwddiff``, or inside another
+graph's recording, a graph runs its step, whose operations the tape, or that record, then records.
 """
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import functools
 from collections import OrderedDict
@@ -26,65 +33,12 @@ from collections.abc import Callable
 from typing import Any
 
 from pad import arrays, tape
+from pad.annotations import Active, Const, Dup
+from pad.replay import Recording, recording
 
-__all__ = ["Graph", "Recording", "graph", "recording"]
+__all__ = ["Graph", "graph"]
 
 RECORDS = 8  # argument sets a graph keeps a record for
-
-_current: contextvars.ContextVar[Recording | None] = contextvars.ContextVar("pad_graph", default=None)
-
-
-def recording() -> Recording | None:
-    """The record a ``pad.graph`` step is making in this context, if any (pad's operations add to it)."""
-    return _current.get()
-
-
-class Recording:
-    """The pad operations of one call of a step, each as a function that redoes it."""
-
-    def __init__(self) -> None:
-        self.entries: list[Callable[[], Any]] = []
-        self.why: str | None = None  # why the step cannot be replayed, once something made it so
-        self.cupy = True  # every entry is CuPy device work, so the record can become a CUDA graph
-        self.cuda_graph: Any = None
-        self.keep: Any = None  # the arguments: alive as long as the record, so their ids stay theirs
-
-    def add(self, entry: Callable[[], Any], *, cupy: bool) -> None:
-        """Add an operation; ``cupy``: it only enqueues work on CuPy's current stream (a launch, a copy)."""
-        self.entries.append(entry)
-        self.cupy = self.cupy and cupy
-
-    def refuse(self, why: str) -> None:
-        """Mark the step as one that cannot be replayed (the first reason is kept)."""
-        if self.why is None:
-            self.why = why
-
-    def replay(self) -> None:
-        if self.cuda_graph is None and self.cupy and self.entries:
-            self.cuda_graph = _capture(self.entries)
-        if self.cuda_graph is not None:
-            self.cuda_graph.launch()
-            return
-        for entry in self.entries:
-            entry()
-
-
-def _capture(entries: list[Callable[[], Any]]) -> Any:
-    """The entries, captured from a stream of their own into a CUDA graph."""
-    import cupy
-
-    stream = cupy.cuda.Stream(non_blocking=True)
-    with stream:
-        stream.begin_capture()
-        try:
-            for entry in entries:
-                entry()
-        except Exception as e:
-            stream.end_capture()
-            raise RuntimeError(
-                f"pad.graph: capturing the step's launches as a CUDA graph failed ({type(e).__name__}: {e})"
-            ) from e
-        return stream.end_capture()
 
 
 class Graph:
@@ -97,7 +51,9 @@ class Graph:
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: Any) -> None:
-        if tape.current() is not None:
+        if (
+            tape.current() is not None or recording() is not None
+        ):  # differentiated, or part of a step recorded
             self.fn(*args)
             return
         parts: list[Any] = []
@@ -108,14 +64,11 @@ class Graph:
             record.replay()
             return
         record = Recording()
-        token = _current.set(record)
-        try:
+        with record.making():
             self.fn(*args)
-        finally:
-            _current.reset(token)
         self.why = record.why
         if record.why is None:
-            record.keep = parts
+            record.keep += parts
             self._records[key] = record
             if len(self._records) > RECORDS:
                 self._records.popitem(last=False)
@@ -144,6 +97,8 @@ def _key(a: Any, parts: list[Any]) -> Any:
         return (type(a), tuple(_key(x, parts) for x in a))
     if isinstance(a, dict):
         return (dict, tuple((k, _key(v, parts)) for k, v in a.items()))
+    if isinstance(a, (Dup, Const, Active)):  # made anew for each call: what they hold identifies them
+        return (type(a), tuple(_key(getattr(a, f.name), parts) for f in dataclasses.fields(a)))
     if dataclasses.is_dataclass(a) and not isinstance(a, type):
         parts.append(a)
         return (id(a), tuple(_key(getattr(a, f.name), parts) for f in dataclasses.fields(a)))

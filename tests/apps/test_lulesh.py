@@ -168,6 +168,34 @@ def test_replayed_cycles_equal_launched_ones():
         assert np.array_equal(a, b)
 
 
+def replayed_gradients_equal_launched_ones(
+    h: H.Hydro, s: H.State, g: H.Hydro, t: H.State, rtol: float
+) -> None:
+    """Cycles of ``--mode grad``, whose step gradients ``StepGradient`` replays after the first (``pad.graph``),
+    give the states and gradients of the same cycles with every gradient's ``autodiff`` run."""
+    from apps.lulesh.adjoint import DIFFERENTIATED, StepGradient, constants
+
+    replayed, launched = StepGradient(h), StepGradient(g)
+
+    def plain(st: H.State) -> dict:
+        pad.autodiff(launched.step, *launched.arguments(st), *constants(g))
+        return launched.shadows
+
+    for cycle in range(4):
+        h.cycle(cycle, s, replayed)
+        g.cycle(cycle, t, plain)
+        assert replayed.replayed.why is None
+        for name in DIFFERENTIATED:
+            ours, theirs = h.memory.get(replayed.shadows[name]), g.memory.get(launched.shadows[name])
+            np.testing.assert_allclose(ours, theirs, rtol=rtol, atol=rtol * np.abs(theirs).max())
+    for a, b in zip(s.arrays(), t.arrays(), strict=True):
+        assert np.array_equal(h.memory.get(a), g.memory.get(b))
+
+
+def test_replayed_gradients_equal_launched_ones():
+    replayed_gradients_equal_launched_ones(*_hydro(4), *_hydro(4), rtol=0.0)
+
+
 def test_q_above_qstop_stops_the_run():
     """In a run, a q that large deforms elements to negative volume before its own check (as in the
     original, whose force and volume checks come first); so the check is tested on its kernel and report."""

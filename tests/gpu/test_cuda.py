@@ -15,6 +15,7 @@ import pad
 from pad import arrays
 from pad.parallel import _run
 from tests.gpu.test_corpus_cuda import SIMULATED, _gpu_available, device
+from tests.unit.test_graph import check_replayed_gradient
 
 pytestmark = [
     pytest.mark.gpu,
@@ -53,6 +54,22 @@ def series(i, m, x, y):
 @pad.kernel
 def total(i, x, s):
     s[0] += x[i] * x[i]
+
+
+@pad.kernel
+def scaled(i, c, x, y):
+    if abs(x[i]) > 0.1:  # the adds to dc[1] happen in a branch, not on every thread
+        y[i] = c[1] * x[i] * x[i] - c[0] * x[i]
+    else:
+        y[i] = c[1] * x[i]
+
+
+@pad.kernel
+def clamped(i, x, y):
+    v = x[i]
+    if v > 0.5:
+        v = 0.5 - v * v
+    y[i] = v * x[i]
 
 
 def gradient(program, args, seeds):
@@ -132,6 +149,55 @@ def test_data_dependent_tape_is_sized_reported_and_bounded(monkeypatch):
     monkeypatch.setenv("PAD_GPU_TAPE_LIMIT", "64")
     with pytest.raises(MemoryError, match=r"tape of .* over the limit .*PAD_GPU_TAPE_LIMIT"):
         gradient(run, [device(x), device(np.zeros(n))], [np.zeros(n), np.ones(n)])
+
+
+def test_adds_at_a_constant_index_are_summed_per_block_and_match_cpu():
+    """dc[0] and dc[1], which every thread adds to, are summed per block and added once per block (not one
+    atomic per warp queueing on one address); n is not a multiple of the block."""
+    n = 1000
+    rng = np.random.default_rng(5)
+    c, x, seed = np.array([0.7, -1.3]), rng.uniform(-1, 1, n), rng.uniform(size=n)
+
+    def run(c_, x_, y_):
+        pad.launch(scaled, n, c_, x_, y_)
+
+    source = pad.show(
+        scaled, "adjoint", pad.Dup(c, c), pad.Dup(x, x), pad.Dup(x, seed), target="cuda", file=io.StringIO()
+    )
+    assert "cuda.atomic.add(_b_c, 0, _sum[" in source and "cuda.atomic.add(_b_c, 1, _sum[" in source
+    assert "warp_sum(" not in source
+    cpu = gradient(run, [c.copy(), x.copy(), np.zeros(n)], [np.zeros(2), np.zeros(n), seed])
+    gpu = gradient(run, [device(c), device(x), device(np.zeros(n))], [np.zeros(2), np.zeros(n), seed])
+    np.testing.assert_allclose(gpu[0], cpu[0], rtol=1e-12)
+    np.testing.assert_allclose(gpu[1], cpu[1], rtol=1e-12, atol=1e-15)
+    big = np.abs(x) > 0.1
+    assert gpu[0][0] == pytest.approx(-float(seed[big] @ x[big]), rel=1e-12)
+    pad.check_grad(run, pad.Dup(device(c), device(np.zeros(2))), pad.Dup(device(x), device(np.zeros(n))),
+                   pad.Dup(device(np.zeros(n)), device(np.zeros(n))))  # fmt: skip
+
+
+def test_a_fixed_size_tape_is_not_checked_for_overflow(monkeypatch):
+    """An adjoint whose tape size is known when it is compiled cannot overflow it: the reverse pass reads
+    nothing back from the device (it would wait for the GPU), unlike one whose depth a kernel bounds."""
+    n = 300
+    x = np.linspace(0.0, 1.0, n)
+    reads = []
+    real = arrays.to_host
+    monkeypatch.setattr(arrays, "to_host", lambda a: reads.append(a) or real(a))
+    dx, dy = device(np.zeros(n)), device(np.ones(n))
+    pad.autodiff(
+        lambda a, b: pad.launch(clamped, n, a, b), pad.Dup(device(x), dx), pad.Dup(device(np.zeros(n)), dy)
+    )
+    assert not reads
+    want = np.where(x > 0.5, 0.5 - 3.0 * x * x, 2.0 * x)
+    np.testing.assert_allclose(real(dx), want, rtol=1e-12, atol=1e-15)
+    m = np.full(n, 3)
+    pad.autodiff(
+        lambda a, b: pad.launch(series, n, arrays.like(a, m, np.int64), a, b),
+        pad.Dup(device(x), device(np.zeros(n))),
+        pad.Dup(device(np.zeros(n)), device(np.ones(n))),
+    )
+    assert reads  # the depth bound, and the overflow flag
 
 
 def test_mixing_host_and_device_arrays_names_the_arguments():
@@ -398,3 +464,22 @@ def test_array_operations_on_the_device():
         pad.Dup(device(x), device(np.zeros_like(x))),
         pad.Dup(device(y), device(np.zeros_like(y))),
     )
+
+
+def test_a_differentiated_step_replays_on_the_device():
+    """On a GPU the record is one CUDA graph: the adjoints' tapes are allocated while it is captured."""
+    check_replayed_gradient(device, arrays.to_host)
+
+
+def test_a_tape_sized_on_the_host_is_not_replayed():
+    """An adjoint whose tape depth a first kernel bounds reads it on the host: its step runs every call."""
+    m, x, y, dx, dy = (device(a) for a in (np.full(64, 3), np.linspace(0, 1, 64), *np.zeros((3, 64))))
+
+    def step() -> None:
+        pad.fill(dy, 1.0)
+        pad.autodiff(lambda a, b: pad.launch(series, 64, m, a, b), pad.Dup(x, dx), pad.Dup(y, dy))
+
+    g = pad.graph(step)
+    g()
+    g()
+    assert g.why is not None and "sizes its tape on the host" in g.why

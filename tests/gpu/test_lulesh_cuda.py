@@ -20,7 +20,7 @@ from apps.cli import CONTEXT_BYTES, Memory
 from apps.lulesh import hydro as H
 from apps.lulesh import mesh as M
 from apps.lulesh.adjoint import StepGradient
-from tests.apps.test_lulesh import _ranks, plant_faults_mid_run
+from tests.apps.test_lulesh import _ranks, plant_faults_mid_run, replayed_gradients_equal_launched_ones
 from tests.gpu.test_corpus_cuda import SIMULATED, _gpu_available
 
 pytestmark = [
@@ -79,6 +79,11 @@ def test_replayed_device_cycles_equal_launched_ones():
     assert h.replayed_leapfrog.why is None
     for a, b in zip(s.arrays(), t.arrays(), strict=True):
         assert np.array_equal(h.memory.get(a), g.memory.get(b))
+
+
+def test_replayed_device_gradients_equal_launched_ones():
+    """The per-cycle gradient replayed (on a GPU as a CUDA graph): its atomics add in any order."""
+    replayed_gradients_equal_launched_ones(*_device_hydro(3), *_device_hydro(3), rtol=1e-12)
 
 
 def test_a_fault_found_late_on_the_device_names_its_cycle_and_element():

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS = (
     ("pad.annotations", "pad.arrays"),  # Dup/Const/Active; the array libraries and the current device
     ("pad.kernel",),  # the kernel compiler: source in, generated source out
-    ("pad.tape",),  # the recorder
+    ("pad.tape", "pad.replay"),  # the recorders: the tape of adjoints, the record of device work to replay
     ("pad.parallel", "pad.tasks", "pad.mpi", "pad.checkpoint", "pad.testing"),  # op families
     ("pad", "pad.demo"),  # the public face
 )

@@ -1,0 +1,91 @@
+"""The record ``pad.graph`` makes of a step: the device work of its pad operations, to redo without its Python.
+
+Each operation that changes arrays adds a function that redoes it (a launch, a copy, a fill) while a record
+is current; an operation whose effect a replay could not redo (one that reads the device on the host,
+communicates over several ranks, spawns tasks) refuses the record instead. Inside ``pad.autodiff`` the tape
+adds its own device work too (zero shadows, copies of kept values), so a differentiated step's record holds
+its forward launches, its adjoints and everything between them, and the arrays they use.
+
+On a GPU the record is captured once as a CUDA graph (CuPy's stream capture); memory allocated while it is
+captured (the adjoints' tapes) belongs to the record from then on, since the graph's kernels keep its
+addresses.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
+from typing import Any
+
+__all__ = ["Recording", "recording"]
+
+_current: contextvars.ContextVar[Recording | None] = contextvars.ContextVar("pad_replay", default=None)
+
+
+def recording() -> Recording | None:
+    """The record a ``pad.graph`` step is making in this context, if any (pad's operations add to it)."""
+    return _current.get()
+
+
+class Recording:
+    """The device work of one call of a step, each piece as a function that redoes it."""
+
+    def __init__(self) -> None:
+        self.entries: list[Callable[[], Any]] = []
+        self.why: str | None = None  # why the step cannot be replayed, once something made it so
+        self.cupy = True  # every entry is CuPy device work, so the record can become a CUDA graph
+        self.cuda_graph: Any = None
+        self.keep: list[Any] = []  # what the entries use that nothing else holds: arguments, captured memory
+
+    def add(self, entry: Callable[[], Any], *, cupy: bool) -> None:
+        """Add an operation; ``cupy``: it only enqueues work on CuPy's current stream (a launch, a copy)."""
+        self.entries.append(entry)
+        self.cupy = self.cupy and cupy
+
+    def refuse(self, why: str) -> None:
+        """Mark the step as one that cannot be replayed (the first reason is kept)."""
+        if self.why is None:
+            self.why = why
+
+    @contextlib.contextmanager
+    def making(self) -> Iterator[None]:
+        """Make pad's operations in the block add to this record."""
+        token = _current.set(self)
+        try:
+            yield
+        finally:
+            _current.reset(token)
+
+    def replay(self) -> None:
+        if self.cuda_graph is None and self.cupy and self.entries:
+            self.cuda_graph = self._capture()
+        if self.cuda_graph is not None:
+            self.cuda_graph.launch()
+            return
+        for entry in self.entries:
+            entry()
+
+    def _capture(self) -> Any:
+        """The entries, captured from a stream of their own into a CUDA graph."""
+        import cupy
+
+        pool = cupy.get_default_memory_pool()
+
+        def allocate(nbytes: int) -> Any:
+            memory = pool.malloc(nbytes)
+            self.keep.append(memory)  # the graph's kernels use it at every launch
+            return memory
+
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with stream, cupy.cuda.using_allocator(allocate):
+            stream.begin_capture()
+            try:
+                for entry in self.entries:
+                    entry()
+            except Exception as e:
+                stream.end_capture()
+                raise RuntimeError(
+                    f"pad.graph: capturing the step's launches as a CUDA graph failed ({type(e).__name__}: {e})"
+                ) from e
+            return stream.end_capture()
