@@ -26,7 +26,8 @@ def stack_zeros(typingctx: Any, shape: Any, dtype: Any) -> Any:
     numba's ``np.zeros`` allocates on the heap, and LLVM must then assume that every store into the array
     may change any other array the kernel reads: each ``x[k]`` stays a load and each ``b_x[k] += v`` a load
     and a store. Memory of the function's own frame that no call sees aliases nothing, so LLVM keeps the
-    elements in registers where the indices are known (docs/benchmarks.md, "Local arrays")."""
+    elements in registers where the indices are known (docs/benchmarks.md, "Local arrays and the Python per
+    launch")."""
     items = [shape] if isinstance(shape, types.IntegerLiteral) else list(getattr(shape, "types", [None]))
     if not all(isinstance(t, types.IntegerLiteral) for t in items):
         return None
