@@ -8,6 +8,7 @@ numba's CUDA support: they are imported the first time a device array is met.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -35,24 +36,70 @@ def library(a: Any) -> str:
     return "cupy" if is_cupy(a) else "numba"
 
 
+_byte_bounds = getattr(np.lib, "array_utils", np).byte_bounds  # NumPy 2 moved it
+
+
+class Place:
+    """Where an array's memory lies and who owns it, worked out once per array object (``place``): a launch
+    asks this of each of its arrays, and the array libraries answer through ``__array_interface__`` and
+    ``__cuda_array_interface__``, a new dict each time."""
+
+    __slots__ = ("address", "extent", "layout", "owner", "ref", "shape", "strides")
+
+    def __init__(self, a: Any, ref: Any) -> None:
+        self.ref, self.shape, self.strides = ref, a.shape, a.strides
+        if isinstance(a, np.ndarray):
+            self.address = int(a.__array_interface__["data"][0])
+            lo, hi = _byte_bounds(a)
+            self.extent = (False, lo, hi)
+            base = root(a)
+            self.owner = id(base) if base.flags.owndata else None
+        else:
+            if type(a).__name__ == "FakeCUDAArray":  # the CUDA simulator's device array wraps a host array
+                self.address = int(a._ary.__array_interface__["data"][0])
+            else:
+                self.address = int(a.__cuda_array_interface__["data"][0])
+            self.extent = (True, self.address, self.address + a.nbytes)
+            self.owner = None
+        self.layout = (self.address, a.shape, a.strides, a.dtype.str)
+
+
+_PLACES: dict[int, Place] = {}  # id of a live array -> its Place
+
+
+def place(a: Any) -> Place:
+    """``a``'s ``Place``, from the cache while ``a`` keeps its shape and strides (which ``ndarray.resize`` and
+    an assignment to ``strides`` change, with its memory)."""
+    key = id(a)
+    hit = _PLACES.get(key)
+    if hit is not None and hit.ref() is a and hit.shape == a.shape and hit.strides == a.strides:
+        return hit
+
+    def forget(ref: Any) -> None:
+        if getattr(_PLACES.get(key), "ref", None) is ref:
+            del _PLACES[key]
+
+    try:
+        ref = weakref.ref(a, forget)
+    except TypeError:  # an array type without weak references: worked out every time
+        return Place(a, None)
+    made = _PLACES[key] = Place(a, ref)
+    return made
+
+
 def address(a: Any) -> int:
     """Address of an array's first element (host or device)."""
-    if type(a).__name__ == "FakeCUDAArray":  # the CUDA simulator's device array wraps a host array
-        a = a._ary
-    iface = getattr(a, "__cuda_array_interface__", None) or a.__array_interface__
-    return int(iface["data"][0])
-
-
-_byte_bounds = getattr(np.lib, "array_utils", np).byte_bounds  # NumPy 2 moved it
+    return place(a).address
 
 
 def extent(a: Any) -> tuple[bool, int, int]:
     """Where an array's memory lies: (on a device, its first byte, one past its last byte)."""
-    if isinstance(a, np.ndarray):
-        lo, hi = _byte_bounds(a)
-        return False, lo, hi
-    lo = address(a)
-    return True, lo, lo + a.nbytes
+    return place(a).extent
+
+
+def layout(a: Any) -> tuple:
+    """An array's place, shape, strides and dtype: arrays with equal layouts hold the same values."""
+    return place(a).layout
 
 
 def overlap(x: tuple[bool, int, int], y: tuple[bool, int, int]) -> bool:
@@ -301,10 +348,7 @@ def root(a: Any) -> Any:
 def owner(a: Any) -> int | None:
     """The id of the NumPy array that owns ``a``'s memory, or None where that is not known (device arrays,
     arrays over other objects' buffers). Arrays with different owners never share memory."""
-    if not isinstance(a, np.ndarray):
-        return None
-    base = root(a)
-    return id(base) if base.flags.owndata else None
+    return place(a).owner if isinstance(a, np.ndarray) else None
 
 
 def view(base: Any, shape: tuple, strides: tuple, offset: int) -> Any:

@@ -140,8 +140,9 @@ def _digest(a: Any) -> bytes:
     return hashlib.blake2b(np.ascontiguousarray(arrays.to_host(a)).tobytes(), digest_size=16).digest()
 
 
-def _key(a: Any) -> tuple:
-    return (arrays.address(a), a.shape, a.strides, a.dtype.str)
+def _may_own(a: int | None, b: int | None) -> bool:
+    """Whether memories owned by ``a`` and ``b`` (``arrays.owner``; None: not known) may overlap."""
+    return a is None or b is None or a == b
 
 
 def _is_float_array(a: Any) -> bool:
@@ -166,13 +167,12 @@ class Context:
         self.reverse_mode = reverse_mode
         self.records: list[Record] = []
         self.active_adjoints: list[float] = []
-        # id(array) -> (reference to the array, its shadow); regions: arrays whose views share the shadow.
-        # Arrays are referenced weakly: an intermediate that dies (a step's temporary) leaves both maps.
+        # id(array) -> (reference to the array, its shadow); regions: arrays whose views share the shadow,
+        # with the id of the NumPy array that owns their memory (``arrays.owner``: views of other owners
+        # never lie in them). Arrays are referenced weakly: an intermediate that dies (a step's temporary)
+        # leaves both maps.
         self._shadow_by_id: dict[int, tuple[Callable[[], Any], Any]] = {}
-        self._regions: dict[int, tuple[Callable[[], Any], Any]] = {}
-        self._region_starts: dict[
-            int, tuple[Callable[[], Any], int]
-        ] = {}  # their addresses, for views' lookups
+        self._regions: dict[int, tuple[Callable[[], Any], Any, int | None]] = {}
         self._const_ids: dict[int, Any] = {}
         self._serials: dict[int, int] = {}  # id(array) -> the order in which its shadow was registered
         self._registered = 0
@@ -247,7 +247,7 @@ class Context:
         """Whether array ``x`` shares memory with the shadow of a registered array."""
         with self._lock:
             regions = list(self._regions.values())
-        return hasattr(x, "nbytes") and any(arrays.may_share_memory(x, dbase) for _, dbase in regions)
+        return hasattr(x, "nbytes") and any(arrays.may_share_memory(x, dbase) for _, dbase, _ in regions)
 
     def _lookup_shadow(self, x: Any) -> Any | None:
         hit = self._shadow_by_id.get(id(x))
@@ -301,9 +301,10 @@ class Context:
             return False
         if not arrays.c_contiguous(base) or id(base) in self._shadow_by_id:
             return False
-        for ref, _ in list(self._regions.values()):
+        owner = arrays.owner(base)
+        for ref, _, held in list(self._regions.values()):
             other = ref()
-            if other is not None and arrays.may_share_memory(base, other):
+            if other is not None and _may_own(owner, held) and arrays.may_share_memory(base, other):
                 return False
         self._remember(base, self._zero_shadow(base), region=True)
         return True
@@ -333,14 +334,13 @@ class Context:
         self._serials[key] = self._registered
         self._registered += 1
         if region:
-            self._regions[key] = (ref, dx)
-            self._region_starts[key] = (ref, arrays.address(x))
+            self._regions[key] = (ref, dx, arrays.owner(x))
 
     def _bury(self) -> None:
         """Forget the arrays that died (under the lock)."""
         while self._dying:
             key, ref = self._dying.pop()
-            for table in (self._shadow_by_id, self._regions, self._region_starts):
+            for table in (self._shadow_by_id, self._regions):
                 if table.get(key, (None,))[0] is ref:
                     del table[key]
             if key not in self._shadow_by_id:
@@ -352,7 +352,7 @@ class Context:
         registers the same arrays under the same serials (``pad.checkpoint`` saves shadows by them)."""
         with self._lock:
             self._bury()
-            entries = [(self._serials.get(k, -1), ref(), dx) for k, (ref, dx) in self._regions.items()]
+            entries = [(self._serials.get(k, -1), ref(), dx) for k, (ref, dx, _) in self._regions.items()]
         return sorted((e for e in entries if e[1] is not None), key=lambda e: e[0])
 
     @property
@@ -361,16 +361,14 @@ class Context:
         return self._registered
 
     def _view_of_registered(self, x: Any) -> Any | None:
-        addr, nbytes = arrays.address(x), x.nbytes
-        # copies: a region that dies leaves the dicts in its weakref callback, which the garbage collector
-        # may run in the middle of a loop over them
-        regions, starts = self._regions.copy(), self._region_starts.copy()
-        for key, (ref, dbase) in regions.items():
-            base = ref()
+        addr, nbytes, owner = arrays.address(x), x.nbytes, arrays.owner(x)
+        # a copy: a region that dies leaves the dict in its weakref callback, which the garbage collector
+        # may run in the middle of a loop over it
+        for ref, dbase, held in list(self._regions.values()):
+            base = ref() if _may_own(owner, held) else None
             if base is None:
                 continue
-            known = starts.get(key)
-            start = known[1] if known is not None and known[0] is ref else arrays.address(base)
+            start = arrays.address(base)
             if base.dtype != x.dtype or not (start <= addr and addr + nbytes <= start + base.nbytes):
                 continue
             if not (arrays.c_contiguous(base) and arrays.c_contiguous(dbase)):
@@ -483,7 +481,7 @@ class Context:
         """Hold ``x``'s current value for an adjoint; it is copied only if something later overwrites it."""
         if _discarding():
             return Kept(x)
-        k = _key(x)
+        k = arrays.layout(x)
         with self._lock:
             kept = self._live.get(k)
             if kept is None:

@@ -49,6 +49,7 @@ from pad.kernel.ir import (
 )
 from pad.kernel.names import ACTIVE_SCALARS, PRIVATE, TAPE, UNORDERED, base_name, head, private, unbuffer
 from pad.kernel.rules import RULES
+from pad.kernel.runtime import STACK_BYTES
 
 SHARED_ADJOINT_REGISTERS = 64  # per thread, for CUDA adjoints whose lanes share loops (cuda_kernel_source)
 
@@ -376,7 +377,10 @@ def launcher_source(
         p.lines += [f"@njit({options})", f"def {chunk}(_c, {args}):"]
         p.lines += ["    _lo = _n * _c // _nchunks", "    _hi = _n * (_c + 1) // _nchunks"]
     for local in launcher.locals:
-        p.lines.append(f"    {local.target} = np.zeros({local.shape}, np.{local.dtype.name})")
+        stack = int(np.prod(local.shape)) * local.dtype.itemsize <= STACK_BYTES
+        p.lines.append(
+            f"    {local.target} = {'stack_zeros' if stack else 'np.zeros'}({local.shape}, np.{local.dtype.name})"
+        )
     kinds_used = sorted({s.kind for s in walk(body) if isinstance(s, (Push, Pop))})
     for k in kinds_used:
         room = 64 if launcher.stack is None else max(launcher.stack, 1)

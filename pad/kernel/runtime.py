@@ -1,13 +1,59 @@
-"""Small compiled helpers that generated kernels call: the growable per-thread stacks of reverse mode, the
-greedy colouring step of inspectors, the digamma function (the derivative of ``math.lgamma``), which numba
-lacks, and the bounds check of ``PAD_DEBUG`` kernels."""
+"""Small compiled helpers that generated kernels call: local arrays on the stack, the growable per-thread
+stacks of reverse mode, the greedy colouring step of inspectors, the digamma function (the derivative of
+``math.lgamma``), which numba lacks, and the bounds check of ``PAD_DEBUG`` kernels."""
 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
-from numba import njit
+from numba import njit, types
+from numba.core import cgutils
+from numba.extending import intrinsic
+from numba.np.arrayobj import make_array, populate_array
+
+STACK_BYTES = 4096
+"""A CPU launcher's local arrays (``pad.local_array`` and their shadows) of at most this many bytes each live
+on the stack of the chunk's function (``stack_zeros``), larger ones on the heap (``np.zeros``)."""
+
+
+@intrinsic
+def stack_zeros(typingctx: Any, shape: Any, dtype: Any) -> Any:
+    """A zeroed C-ordered array of constant ``shape`` (a literal int or tuple of them) and ``dtype`` on the
+    calling function's stack.
+
+    numba's ``np.zeros`` allocates on the heap, and LLVM must then assume that every store into the array
+    may change any other array the kernel reads: each ``x[k]`` stays a load and each ``b_x[k] += v`` a load
+    and a store. Memory of the function's own frame that no call sees aliases nothing, so LLVM keeps the
+    elements in registers where the indices are known (docs/benchmarks.md, "Local arrays and the Python per
+    launch")."""
+    items = [shape] if isinstance(shape, types.IntegerLiteral) else list(getattr(shape, "types", [None]))
+    if not all(isinstance(t, types.IntegerLiteral) for t in items):
+        return None
+    dims = tuple(t.literal_value for t in items)
+    element = dtype.dtype
+    array_type = types.Array(element, len(dims), "C")
+
+    def codegen(context: Any, builder: Any, sig: Any, args: Any) -> Any:
+        data_type = context.get_data_type(element)
+        itemsize = context.get_abi_sizeof(data_type)
+        count = int(np.prod(dims))
+        data = cgutils.alloca_once(builder, data_type, size=context.get_constant(types.intp, count))
+        cgutils.memset(builder, data, context.get_constant(types.intp, count * itemsize), 0)
+        strides = [itemsize * int(np.prod(dims[d + 1 :])) for d in range(len(dims))]
+        array = make_array(array_type)(context, builder)
+        populate_array(
+            array,
+            data=data,
+            shape=[context.get_constant(types.intp, d) for d in dims],
+            strides=[context.get_constant(types.intp, s) for s in strides],
+            itemsize=context.get_constant(types.intp, itemsize),
+            meminfo=None,
+        )
+        return array._getvalue()
+
+    return array_type(shape, dtype), codegen
 
 
 @njit(cache=True)

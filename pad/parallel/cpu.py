@@ -49,6 +49,7 @@ def _zeroed(nchunks: int, base: np.ndarray) -> np.ndarray:
 
 _NO_BUFFERS: dict[tuple[str, int], np.ndarray] = {}
 _NO_OUTPUTS = np.zeros((1, 0))  # a launch without active scalars: their adjoints, none
+_NO_SUMS = np.zeros(0)  # and their sums over the slots
 
 
 def _no_buffer(base: np.ndarray) -> np.ndarray:
@@ -100,11 +101,11 @@ def run(
         call = [*ordered(head("cpu", planned=True), _n=n, _nchunks=chunks, **values), *args, *extras]
         call += [*buffers, *([outputs] if nact else [])]
     if compiler.note(variant.launcher, call):  # compiled ahead (pad.precompile), not run
-        return outputs.sum(axis=0)
+        return outputs.sum(axis=0) if nact else _NO_SUMS
     variant.launcher(*call)
     for base, buffer in zip(bases, buffers, strict=True):
         if buffer.shape[0]:
             _reduce(base, buffer)
     for p in variant.stored:
         plans.forget(args[p])
-    return outputs.sum(axis=0)
+    return outputs.sum(axis=0) if nact else _NO_SUMS
