@@ -201,6 +201,10 @@ class Context:
         self._settled: dict[int, tuple[Callable[[], Any], bytes, str]] = {}
         # id(array) -> weak reference: buffers an operation made for itself (``scratch``)
         self._scratch: dict[int, Callable[[], Any]] = {}
+        # Counters a checkpointed loop compares around a step it records for replaying (``pad.checkpoint``):
+        # zero shadows made, and changes to the kept values not yet copied.
+        self.zeroed = 0
+        self.live_version = 0
 
     # -- shadows -------------------------------------------------------------------------------------
     def bind(self, x: Any, dx: Any) -> None:
@@ -266,6 +270,7 @@ class Context:
             return self._shadow_by_id[id(x)][1]
 
     def _zero_shadow(self, x: Any) -> Any:
+        self.zeroed += 1
         dx = self._owned_like(x, arrays.zeros_like, lambda a: arrays.fill(a, 0))
         _redo(arrays.zero, dx)
         return dx
@@ -487,6 +492,7 @@ class Context:
             if kept is None:
                 kept = self._live[k] = Kept(x)
                 self._live_by_owner.setdefault(arrays.owner(x), {})[k] = kept
+                self.live_version += 1
             kept.users += 1
             return kept
 
@@ -519,6 +525,18 @@ class Context:
                             kept.copied = True
                             self._count_kept(kept.array, kept.account)
                             del self._live[k], group[k]
+                            self.live_version += 1
+
+    def live_kept(self) -> set[int]:
+        """Identities of the kept values not yet copied (a later write to their arrays copies them)."""
+        with self._lock:
+            return {id(k) for k in self._live.values()}
+
+    def keeps_within(self, extents: Iterable[tuple]) -> bool:
+        """Whether a kept value not yet copied shares memory with one of ``extents`` (``arrays.extent``)."""
+        spans = list(extents)
+        with self._lock:
+            return any(arrays.overlap(k.extent, span) for k in self._live.values() for span in spans)
 
     def _count_kept(self, copy: Any, account: Account | None) -> None:
         """Add a kept value's private copy to ``kept_bytes`` (and its account's) until the copy is freed."""

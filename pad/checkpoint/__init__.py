@@ -20,6 +20,13 @@ overwrites unread (``store``). ``Stats`` reports the schedule, the step calls an
 at a step boundary once its time limit passes or SIGTERM comes; ``Resumable(directory, resume=True)``
 continues it to the same gradient, bit for bit (``resume``).
 
+``replay=phase`` promises that the step's pad operations depend on nothing but its arguments and ``phase(t)``
+(``replay=lambda t: t == 0`` for a step whose first call differs): the adjoint steps of a schedule (a step
+recorded and reversed at once, as Revolve and Mixed end each gap) are then replayed from a record of an
+earlier adjoint step of the same phase (``pad.graph``'s records; on a GPU one CUDA graph), without the tape's
+Python. A replay skips the step's Python between pad operations, which the forward sweep has run; a step
+whose work cannot be replayed (communication over several ranks, tasks) runs as it is.
+
 ``segment`` keeps only its inputs (copied only if something later overwrites them) and recomputes ``fn`` in
 the reverse pass. Outside ``autodiff`` all three are plain calls; in ``fwddiff`` they carry tangents.
 """
@@ -61,7 +68,12 @@ __all__ = [
 
 
 def _options(
-    snapshots: int | None, memory: int | str | None, storage: str, directory: str | None, resumable: Any
+    snapshots: int | None,
+    memory: int | str | None,
+    storage: str,
+    directory: str | None,
+    resumable: Any,
+    replay: Callable[[int], Any] | None = None,
 ) -> Options:
     if snapshots is not None and (
         isinstance(snapshots, bool) or not isinstance(snapshots, (int, np.integer)) or snapshots < 1
@@ -83,7 +95,13 @@ def _options(
             raise ValueError(f"pad.checkpoint: memory: {exc}") from None
     if resumable is not None and not isinstance(resumable, Resumable):
         raise TypeError(f"pad.checkpoint: resumable must be a pad.checkpoint.Resumable, got {resumable!r}")
-    return Options(None if snapshots is None else int(snapshots), budget, storage, directory, resumable)
+    if replay is not None and not callable(replay):
+        raise TypeError(
+            f"pad.checkpoint: replay must be None or a function of the step number, got {replay!r}"
+        )
+    return Options(
+        None if snapshots is None else int(snapshots), budget, storage, directory, resumable, replay
+    )
 
 
 class _Record:
@@ -293,6 +311,7 @@ def loop(
     directory: str | None = None,
     stats: Stats | None = None,
     resumable: Resumable | None = None,
+    replay: Callable[[int], Any] | None = None,
 ) -> None:
     """Call ``step(t, *args)`` for ``t in range(nsteps)``; inside ``autodiff`` keep what the reverse pass
     needs within ``snapshots`` copies of the state or ``memory`` bytes (see the module's documentation).
@@ -300,9 +319,10 @@ def loop(
     Neither: every step is recorded. ``storage="disk"`` writes the ``snapshots`` to files in a fresh folder
     under ``directory`` (the system's temporary folder by default), removed when the reverse pass ends or
     fails; with ``memory``, ``directory`` lets a two-level schedule keep snapshots there too. ``stats`` (a
-    ``Stats``) reports the schedule, step calls and memory. ``resumable``: see ``Resumable``.
+    ``Stats``) reports the schedule, step calls and memory. ``resumable``: see ``Resumable``. ``replay``:
+    see the module's documentation.
     """
-    opts = _options(snapshots, memory, storage, directory, resumable)
+    opts = _options(snapshots, memory, storage, directory, resumable, replay)
     plain = opts.snapshots is None and opts.memory is None and opts.resumable is None
     if plain or not tape.is_recording() or nsteps < 1:
         for t in range(nsteps):
@@ -324,6 +344,7 @@ def while_loop(
     stats: Stats | None = None,
     resumable: Resumable | None = None,
     expected_steps: int | None = None,
+    replay: Callable[[int], Any] | None = None,
 ) -> int:
     """``t = 0; while cond(*args): step(t, *args); t += 1`` with an online checkpointing schedule.
 
@@ -332,7 +353,7 @@ def while_loop(
     count, say) lets the forward sweep place its snapshots as the best offline schedule for that count would,
     whatever count the condition then gives.
     """
-    opts = _options(snapshots, memory, storage, directory, resumable)
+    opts = _options(snapshots, memory, storage, directory, resumable, replay)
     ctx = tape.current()
     if ctx is not None and ctx.reverse_mode:
         _refuse_shadow_reads(ctx, cond, args)

@@ -32,11 +32,12 @@ from checkpoint_schedules import (
     StorageType,
 )
 
-from pad import tape
+from pad import arrays, tape
 from pad.checkpoint.plan import Choice, Dynamic, Sizes, choose
 from pad.checkpoint.sizes import format_size
 from pad.checkpoint.store import Store, _root
 from pad.parallel import LaunchRecord
+from pad.replay import Recording
 
 
 @dataclass
@@ -59,6 +60,7 @@ class Stats:
     record_bytes: int = 0  # bytes the records of one step keep (the largest)
     sessions: int = 1  # runs it took: 1 + the times it was stopped and resumed
     schedules: dict[str, int] = field(default_factory=dict)  # steps reversed under each schedule
+    replayed: int = 0  # adjoint steps replayed from a record (``replay``)
 
     @property
     def recomputed(self) -> int:
@@ -106,6 +108,17 @@ class Options:
     storage: str = "memory"
     directory: str | None = None
     resumable: Any = None  # a pad.checkpoint.Resumable
+    replay: Callable[[int], Any] | None = None  # the phase of step t: adjoint steps of one phase are replayed
+
+
+@dataclass
+class _Replay:
+    """The device work of an adjoint step (step ``t`` recorded and reversed at once), and the memory it
+    writes: a replay is valid only while no value kept for the reverse pass lies there."""
+
+    work: Recording
+    written: list[tuple]  # ``arrays.extent`` of each array it writes
+    checked: int = -1  # the context's ``live_version`` when no kept value was found there
 
 
 class Loop:
@@ -130,6 +143,7 @@ class Loop:
         self.dynamic: Dynamic | None = None
         self.recording = False  # the forward records every step (keep-all) for now
         self.switched = False
+        self.replays: dict[Any, _Replay | None] = {}  # by phase: a record to replay, or None (it cannot be)
         # the snapshot files: removed at the end of the reverse pass, after an error, or when forgotten
         self._remove = weakref.finalize(self, shutil.rmtree, "", True)
         self._remove.detach()
@@ -150,6 +164,7 @@ class Loop:
     def close(self) -> None:
         self.store.close()
         self.records.clear()
+        self.replays.clear()
         self._remove()
 
     @contextlib.contextmanager
@@ -184,6 +199,57 @@ class Loop:
             self.accounts[t] = (account, _record_bytes(recs, roots))
         self.progress += 1
         self.track()
+
+    def adjoint_step(self, t: int) -> None:
+        """Step ``t`` run recorded and reversed at once, as Revolve's and Mixed's schedules end a gap.
+
+        With ``replay``, the device work of the first such step of a phase that does nothing but its own work
+        (no snapshot waiting on its writes, no shadow made, no state array found, no earlier step's kept
+        value copied) is recorded, and later adjoint steps of that phase replay it (on a GPU as one CUDA
+        graph) without the tape's Python, while no kept value lies in memory it writes.
+        """
+        phase = self.opts.replay
+        key = None if phase is None else phase(t)
+        done = self.replays.get(key)
+        if done is not None and self.store.quiet() and self._free_of_kept(done):
+            self.stats.steps += 1
+            self.stats.replayed += 1
+            self.store.begin_step()
+            done.work.replay()
+            self.store.end_step()
+            self.progress += 2
+            self.track()
+            return
+        if phase is None or key in self.replays or not self.store.quiet():
+            self.advance(t, record=True)
+            self.reverse_step(t)
+            return
+        ctx, store = self.ctx, self.store
+        zeroed, joined, live = ctx.zeroed, store.joined, ctx.live_kept()
+        work, written = Recording(), dict[int, tuple]()
+
+        def note(targets: list[Any], _: Any) -> None:
+            for a in targets:
+                r = arrays.root(a)
+                written.setdefault(id(r), arrays.extent(r))
+
+        with work.making(), ctx.before_writes(note):
+            self.advance(t, record=True)
+            self.reverse_step(t)
+        clean = ctx.zeroed == zeroed and store.joined == joined and live <= ctx.live_kept()
+        if work.why is None and clean:
+            self.replays[key] = _Replay(work, list(written.values()))
+        elif work.why is not None:
+            self.replays[key] = None  # its device work cannot be replayed: it runs as it is from now on
+
+    def _free_of_kept(self, done: _Replay) -> bool:
+        """Whether no kept value lies in memory ``done`` writes (cached while the kept values stay)."""
+        version = self.ctx.live_version
+        if done.checked != version:
+            if self.ctx.keeps_within(done.written):
+                return False
+            done.checked = version
+        return True
 
     def reverse_step(self, t: int) -> None:
         tape.reverse_records(self.records.pop(t))
@@ -422,6 +488,7 @@ class Sweep:
         else:
             sched = choice.schedule()
         self._actions = iter(sched)
+        self._ahead: list[Any] = []  # actions looked at ahead, the next last
         self._forward_done = False
 
     @property
@@ -435,7 +502,9 @@ class Sweep:
     def run(self) -> None:
         """Carry out the schedule's actions up to its end of the forward pass, or of the reverse pass."""
         lp, off = self._lp, self._offset
-        for action in self._actions:
+        while (action := self._next()) is not None:
+            if isinstance(action, Forward) and self._adjoint(action):
+                continue
             if isinstance(action, Forward):
                 self._forward(action)
             elif isinstance(action, Reverse):
@@ -455,6 +524,35 @@ class Sweep:
                 return
             else:  # pragma: no cover - the schedules emit only the actions above
                 raise RuntimeError(f"pad.checkpoint: unexpected schedule action {action!r}")
+
+    def _next(self) -> Any:
+        """The schedule's next action (one looked at ahead first), or None at its end."""
+        if self._ahead:
+            return self._ahead.pop()
+        return next(self._actions, None)
+
+    def _adjoint(self, action: Forward) -> bool:
+        """Run ``action`` and the action after it as one adjoint step (``Loop.adjoint_step``) if it is one:
+        a step recorded and then reversed at once, after the forward sweep (in a gap of the reverse pass, a
+        forward end between them is passed over); whether it did."""
+        n0, n1 = int(action.n0), int(action.n1)
+        after_sweep = self._forward_done or self._in_reverse
+        if not (action.write_adj_deps and not action.write_ics and n1 == n0 + 1 and after_sweep):
+            return False
+        if self._lp.opts.replay is None:
+            return False
+        seen = [self._next()]
+        while self._in_reverse and isinstance(seen[-1], EndForward):
+            seen.append(self._next())
+        last = seen[-1]
+        if not (isinstance(last, Reverse) and int(last.n0) == n0 and int(last.n1) == n1):
+            self._ahead.extend(reversed(seen))
+            return False
+        self._forward_done = True
+        t = self._offset + n0
+        self._lp.adjoint_step(t)
+        self._lp.stop_reverse(t)
+        return True
 
     def _forward(self, action: Forward) -> None:
         lp, off = self._lp, self._offset

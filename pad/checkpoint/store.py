@@ -235,6 +235,7 @@ class Store:
         self._blind = False
         self._thread = threading.get_ident()
         self._lock = threading.RLock()
+        self.joined = 0  # state arrays found so far (a step that finds one does more than its replays would)
 
     # -- roots ---------------------------------------------------------------------------------------
     def _forget(self, key: int) -> Callable[[Any], None]:
@@ -325,6 +326,12 @@ class Store:
                 self.on_disk.add(n)
             if step_follows:
                 self._owed = n
+
+    def quiet(self) -> bool:
+        """Whether the next step's writes need nothing of the write observer: no snapshot waits for the step
+        to settle what it leaves out, and no copy is still reading a state array."""
+        with self._lock:
+            return self._owed is None and not any(self._inflight.values())
 
     def begin_step(self) -> None:
         self._read, self._touched, self._blind = set(), set(), False
@@ -440,6 +447,7 @@ class Store:
 
     def _join(self, r: Any, hole: Hole | None) -> None:
         """``r`` is first overwritten now: every held snapshot gets its current value."""
+        self.joined += 1
         k = id(r)
         try:
             self._roots[k] = weakref.ref(r, self._forget(k))

@@ -58,6 +58,14 @@ class Adjoint:
             _wire.stop("reverse", began)
 
 
+class DeviceAdjoint(Adjoint):
+    """An ``Adjoint`` whose closure does device work only, adding it to the record a ``pad.graph`` step is
+    making as it runs, so that the step can be replayed (a collective of one rank: a copy's adjoint)."""
+
+    __slots__ = ()
+    replayable = True
+
+
 # ---------------------------------------------------------------------------------------------- Comm
 class Comm:
     """A communicator whose upper-case methods are differentiable (mpi4py's signatures, NumPy buffers).
@@ -544,17 +552,17 @@ def messages(comm: Comm, ctx: tape.Context, op: str, adj: str) -> Wire:
 
 
 def _recorded(comm: Comm, name: str, method: Any, args: tuple, kwargs: dict, cupy: bool) -> None:
-    """Add the op to the record a ``pad.graph`` step is making: replayable alone on one rank, outside
-    ``autodiff``."""
+    """Add the op to the record a ``pad.graph`` step is making: replayable alone on one rank, where it is a
+    device copy or nothing (inside ``autodiff`` too: its adjoint adds itself to the record as it runs)."""
     record = replay.recording()
     if record is None:
         return
     if comm._size > 1 or name not in ONE_RANK:
         record.refuse(f"it communicates ({name} on a communicator of {comm._size} ranks)")
-    elif tape.current() is not None:
-        record.refuse(f"it differentiates a collective ({name}), whose adjoint a replay does not redo")
+    elif tape.current() is not None and not cupy:
+        record.refuse(f"it differentiates a collective ({name}) of host buffers, which MPI runs")
     else:
-        record.add(functools.partial(method, comm, *args, **kwargs), cupy=cupy)
+        record.add(functools.partial(ONE_RANK[name], None, *args, **kwargs), cupy=cupy)
 
 
 def _copy(ctx: tape.Context | None, sendbuf: Any, recvbuf: Any, *_: Any, **__: Any) -> None:
@@ -719,13 +727,27 @@ def _link_copy(ctx: tape.Context, src: Any, dst: Any) -> None:
             _wire.staged("tangent", ddst.nbytes)
         return
 
-    def reverse() -> None:
-        arrays.add(dsrc, ddst)
-        arrays.zero(ddst)
-        if crosses:
+    if crosses:
+
+        def staged() -> None:
+            _add_and_zero(dsrc, ddst)
             _wire.staged("reverse", ddst.nbytes)
 
-    ctx.record(Adjoint(reverse))
+        ctx.record(Adjoint(staged))
+        return
+
+    def reverse() -> None:
+        _add_and_zero(dsrc, ddst)
+        record = replay.recording()
+        if record is not None:
+            record.add(functools.partial(_add_and_zero, dsrc, ddst), cupy=arrays.is_cupy(ddst))
+
+    ctx.record(DeviceAdjoint(reverse))
+
+
+def _add_and_zero(dsrc: Any, ddst: Any) -> None:
+    arrays.add(dsrc, ddst)
+    arrays.zero(ddst)
 
 
 COMM_WORLD = Comm(MPI.COMM_WORLD)
