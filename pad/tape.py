@@ -84,7 +84,11 @@ class ActiveScalar(float):
 
 # ---------------------------------------------------------------------------------------------- records
 class Record(Protocol):
-    """One recorded operation: ``reverse()`` runs its adjoint on the context's shadows."""
+    """One recorded operation: ``reverse()`` runs its adjoint on the context's shadows.
+
+    A record whose adjoint communicates has ``comm``, the mpi4py communicator it communicates on: whatever
+    decides when records are made and reversed (a checkpointed loop's schedule) decides alike on its ranks.
+    """
 
     def reverse(self) -> None: ...
 

@@ -15,6 +15,8 @@ budget and recompute the rest:
 - neither: every step is recorded.
 Snapshot copies run beside the step (a thread; on a GPU a second stream) and leave out what the step
 overwrites unread (``store``). ``Stats`` reports the schedule, the step calls and the memory measured.
+Under MPI every decision is taken on the largest sizes among the ranks of the loop's communicator (``comm=``,
+or the one the step's ``pad.mpi`` records name), so every rank follows the same schedule.
 
 ``resumable=Resumable(directory, time_limit=..., identity=...)`` makes a loop save itself and raise ``Stopped``
 at a step boundary once its time limit passes or SIGTERM comes; ``Resumable(directory, resume=True)``
@@ -74,6 +76,7 @@ def _options(
     directory: str | None,
     resumable: Any,
     replay: Callable[[int], Any] | None = None,
+    comm: Any = None,
 ) -> Options:
     if snapshots is not None and (
         isinstance(snapshots, bool) or not isinstance(snapshots, (int, np.integer)) or snapshots < 1
@@ -99,8 +102,17 @@ def _options(
         raise TypeError(
             f"pad.checkpoint: replay must be None or a function of the step number, got {replay!r}"
         )
+    ranks = getattr(comm, "private", comm)  # a pad.mpi.Comm's own traffic goes on its private duplicate
+    if comm is not None and not (hasattr(ranks, "Allreduce") and hasattr(ranks, "Get_size")):
+        raise TypeError(f"pad.checkpoint: comm must be an mpi4py or pad.mpi communicator, got {comm!r}")
     return Options(
-        None if snapshots is None else int(snapshots), budget, storage, directory, resumable, replay
+        None if snapshots is None else int(snapshots),
+        budget,
+        storage,
+        directory,
+        resumable,
+        replay=replay,
+        comm=ranks,
     )
 
 
@@ -120,8 +132,8 @@ class _Record:
             if self._sweep is not None:
                 lp.take_final()
                 self._sweep.run()
-                lp.note(self._sweep.choice.name, self._sweep.choice.n)
-                done = self._sweep.offset
+                done = self._sweep.reversed_from  # the offset, unless the schedule was given up
+                lp.note(self._sweep.choice.name, self._sweep.offset + self._sweep.choice.n - done)
             lp.reverse_from(done)
         lp.close()
         _name(lp)
@@ -206,10 +218,12 @@ def _probe(
         fresh, ended = False, t == step
         if not lp.recording:  # the records outgrew the budget: placing snapshots online now
             break
-        held = lp.held()
-        if ended or t == nsteps or (nsteps - t) * lp.sizes.record + held <= budget:
+        if ended or t == nsteps:
             continue
-        if lp.store.state_bytes() <= known * 1.01:  # no new state worth the name: the sizes are known
+        held, grew = lp.agreed(lp.held(), int(lp.store.state_bytes() > known * 1.01))
+        if (nsteps - t) * lp.sizes.record + held <= budget:
+            continue
+        if not grew:  # no new state worth the name (on any rank): the sizes are known
             plan = _plan_rest(lp, nsteps - t)
             if plan is None:
                 continue
@@ -245,11 +259,12 @@ def _plan_rest(lp: Loop, n: int) -> tuple[Choice, int] | None:
     records (at ``t``), letting them go (at ``t``; they are recomputed from the start's snapshot at the end),
     or starting again from that snapshot (at 0), whichever makes fewer step calls. None: keep recording."""
     assert lp.opts.memory is not None
-    whole = max(lp.sizes.snapshot, lp.store.state_bytes())
-    lp.sizes.snapshot = whole
+    held = lp.held()
+    state, held, unrecorded = lp.agreed(lp.store.state_bytes(), held, held - lp.record_memory())
+    whole = lp.sizes.snapshot = max(lp.sizes.snapshot, state)
     sizes = Sizes(whole, lp.sizes.record, lp.sizes.final)
     t, disk = len(lp.records), lp.disk_slots()
-    held, records = lp.held(), lp.record_memory()
+    records = held - unrecorded
     budget = lp.opts.memory - sizes.final
     keep = choose(n, budget - held, sizes, disk)
     if keep is not None and keep.name == "keep-all":
@@ -312,6 +327,7 @@ def loop(
     stats: Stats | None = None,
     resumable: Resumable | None = None,
     replay: Callable[[int], Any] | None = None,
+    comm: Any = None,
 ) -> None:
     """Call ``step(t, *args)`` for ``t in range(nsteps)``; inside ``autodiff`` keep what the reverse pass
     needs within ``snapshots`` copies of the state or ``memory`` bytes (see the module's documentation).
@@ -320,9 +336,11 @@ def loop(
     under ``directory`` (the system's temporary folder by default), removed when the reverse pass ends or
     fails; with ``memory``, ``directory`` lets a two-level schedule keep snapshots there too. ``stats`` (a
     ``Stats``) reports the schedule, step calls and memory. ``resumable``: see ``Resumable``. ``replay``:
-    see the module's documentation.
+    see the module's documentation. ``comm`` (mpi4py or ``pad.mpi``): the ranks that take every decision
+    on the schedule alike, on the largest sizes among them; by default the communicator of the step's
+    ``pad.mpi`` calls (the largest, if several), or ``resumable``'s.
     """
-    opts = _options(snapshots, memory, storage, directory, resumable, replay)
+    opts = _options(snapshots, memory, storage, directory, resumable, replay, comm)
     plain = opts.snapshots is None and opts.memory is None and opts.resumable is None
     if plain or not tape.is_recording() or nsteps < 1:
         for t in range(nsteps):
@@ -345,6 +363,7 @@ def while_loop(
     resumable: Resumable | None = None,
     expected_steps: int | None = None,
     replay: Callable[[int], Any] | None = None,
+    comm: Any = None,
 ) -> int:
     """``t = 0; while cond(*args): step(t, *args); t += 1`` with an online checkpointing schedule.
 
@@ -353,7 +372,7 @@ def while_loop(
     count, say) lets the forward sweep place its snapshots as the best offline schedule for that count would,
     whatever count the condition then gives.
     """
-    opts = _options(snapshots, memory, storage, directory, resumable, replay)
+    opts = _options(snapshots, memory, storage, directory, resumable, replay, comm)
     ctx = tape.current()
     if ctx is not None and ctx.reverse_mode:
         _refuse_shadow_reads(ctx, cond, args)

@@ -7,7 +7,8 @@ Three ways to run the steps forward:
 - ``dynamic``: unrecorded steps with snapshots placed online (``plan.Dynamic``).
 Whatever ran forward, the reverse pass (``Loop.reverse_from``) walks down from the last step: a recorded step
 is reversed at once, otherwise the gap back to the nearest snapshot is reversed by the schedule that fits
-the memory left. A resumed run starts from what was saved and goes on the same way.
+the memory left; a schedule whose sizes outgrow the room it was chosen in is given up there and the rest
+reversed that way. A resumed run starts from what was saved and goes on the same way.
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ import shutil
 import tempfile
 import weakref
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 from checkpoint_schedules import (
     CheckpointSchedule,
     Copy,
@@ -38,6 +40,7 @@ from pad.checkpoint.sizes import format_size
 from pad.checkpoint.store import Store, _root
 from pad.parallel import LaunchRecord
 from pad.replay import Recording
+from pad.tasks import unguarded
 
 
 @dataclass
@@ -109,6 +112,7 @@ class Options:
     directory: str | None = None
     resumable: Any = None  # a pad.checkpoint.Resumable
     replay: Callable[[int], Any] | None = None  # the phase of step t: adjoint steps of one phase are replayed
+    comm: Any = None  # the communicator whose ranks decide alike (None: learned from the steps' records)
 
 
 @dataclass
@@ -142,6 +146,8 @@ class Loop:
         self.serial = ctx.serial  # shadows registered before the loop (see ``resume``)
         self.dynamic: Dynamic | None = None
         self.recording = False  # the forward records every step (keep-all) for now
+        self.comm = opts.comm if opts.comm is not None else getattr(opts.resumable, "comm", None)
+        self._comm_given = self.comm is not None
         self.switched = False
         self.replays: dict[Any, _Replay | None] = {}  # by phase: a record to replay, or None (it cannot be)
         # the snapshot files: removed at the end of the reverse pass, after an error, or when forgotten
@@ -184,13 +190,13 @@ class Loop:
         store = self.store
         store.begin_step()
         if record:
-            recs = _Watched(store.watch)
+            recs = _Watched(self.watch)
             account = tape.Account()
             with tape.recording_into(recs), tape.accounting(account):
                 self.step(t, *self.args)
             self.records[t] = recs
         else:
-            with tape.unrecorded(store.watch):
+            with tape.unrecorded(self.watch):
                 self.step(t, *self.args)
         self.layout.check(t)
         store.end_step()
@@ -251,6 +257,31 @@ class Loop:
             done.checked = version
         return True
 
+    def watch(self, rec: Any) -> None:
+        """Shown each record of the running step: the store's, and the loop learns the communicator of a
+        record that communicates (the largest such, unless ``comm`` was given)."""
+        self.store.watch(rec)
+        comm = getattr(unguarded(rec), "comm", None)
+        if comm is None or comm is self.comm or self._comm_given:
+            return
+        if self.comm is None or comm.Get_size() > self.comm.Get_size():
+            self.comm = comm
+
+    def agreed(self, *values: int) -> list[int]:
+        """The largest of each of ``values`` (bytes measured here) over the loop's communicator, the loop's
+        ``sizes`` made the largest too. Every decision on the schedule is taken on these, so the ranks of a
+        loop that communicates take the same ones (their reverse messages pair up), each within the budget.
+        """
+        if self.comm is None or self.comm.Get_size() == 1:
+            return list(values)
+        from mpi4py import MPI
+
+        s = self.sizes
+        buf = np.array([s.snapshot, s.record, s.final, *values], dtype=np.int64)
+        self.comm.Allreduce(MPI.IN_PLACE, buf, op=MPI.MAX)
+        s.snapshot, s.record, s.final = (int(x) for x in buf[:3])
+        return [int(x) for x in buf[3:]]
+
     def reverse_step(self, t: int) -> None:
         tape.reverse_records(self.records.pop(t))
         self.progress += 1
@@ -299,8 +330,11 @@ class Loop:
     def check_budget(self) -> None:
         """Refuse a budget that cannot hold one snapshot, one step's records and the final state's copy."""
         budget = self.opts.memory
+        if budget is None:
+            return
+        self.agreed()
         need = self.sizes.minimum
-        if budget is not None and budget < need:
+        if budget < need:
             raise BudgetError(
                 f"pad.checkpoint: memory={format_size(budget)} is too small for this loop: it needs at "
                 f"least {format_size(need)} (a snapshot of {format_size(self.sizes.snapshot)}, one step's "
@@ -309,38 +343,49 @@ class Loop:
             )
 
     def free(self, start: int | None = None) -> int:
-        """Memory left for a schedule: the budget less what is held, the snapshot at ``start`` not counted
-        (the schedule uses it), less the final state's copy if not yet taken."""
-        assert self.opts.memory is not None
+        """Memory left for a schedule (agreed: the least over the ranks): the budget less what is held, the
+        snapshot at ``start`` not counted (the schedule uses it), less the final state's copy if not yet
+        taken."""
         store = self.store
-        held = self.held()
+        used = 0
         if start is not None and store.holds(start) and start not in store.on_disk:
-            held -= sum(s.nbytes for s in store.held[start].values())
-        final = 0 if store.holds(-1) else self.sizes.final
-        return self.opts.memory - held - final
+            used = sum(s.nbytes for s in store.held[start].values())
+        return self._room(used)
+
+    def _room(self, uncounted: int) -> int:
+        """The budget less what is held but ``uncounted`` bytes and less the final state's copy if not yet
+        taken, the least over the ranks."""
+        assert self.opts.memory is not None
+        (used,) = self.agreed(self.held() - uncounted)
+        return self.opts.memory - used - (0 if self.store.holds(-1) else self.sizes.final)
 
     def disk_slots(self) -> int:
         """Snapshots the disk may hold for a two-level schedule: with a folder for them (``directory``, or a
         resumable run's), half the free space there."""
         base = self.opts.directory or (self.opts.resumable.directory if self.opts.resumable else None)
-        if base is None or self.opts.memory is None or self.sizes.snapshot <= 0:
+        if base is None or self.opts.memory is None:
             return 0
+        free = 0
         with contextlib.suppress(OSError):
-            return int(shutil.disk_usage(base).free // 2 // self.sizes.snapshot)
-        return 0
+            free = shutil.disk_usage(base).free
+        (least,) = self.agreed(-free)  # the least free disk over the ranks
+        return 0 if self.sizes.snapshot <= 0 else -least // 2 // self.sizes.snapshot
 
     def slots(self) -> int | None:
         """Snapshots a memory budget holds now, those held included (None: no budget)."""
         if self.opts.memory is None:
             return None
         held = sum(sum(v.nbytes for v in snap.values()) for n, snap in self.store.held.items() if n >= 0)
-        return max(1, (self.free() + held - self.sizes.record) // max(self.sizes.snapshot, 1))
+        return max(1, (self._room(held) - self.sizes.record) // max(self.sizes.snapshot, 1))
 
     def record_fits(self) -> bool:
-        """Whether the next step's records still fit the budget (beside what is held)."""
+        """Whether the next step's records still fit the budget beside what is held, the copies the kept
+        records are bound to make counted (the next step's writes make them), on every rank."""
         if self.opts.memory is None:
             return True
-        return self.held() + self.sizes.record <= self.opts.memory
+        pending = sum(max(bound - a.bytes, 0) for t, (a, bound) in self.accounts.items() if t in self.records)
+        (held,) = self.agreed(self.held() + pending)
+        return held + self.sizes.record <= self.opts.memory
 
     # -- stopping and saving ---------------------------------------------------------------------------
     def stop_forward(self, t: int) -> None:
@@ -422,12 +467,18 @@ class Loop:
                 t -= 1
                 continue
             start = max(p for p in self.store.positions() if p <= t)
+            for k in range(start, t):  # records of a schedule given up: the gap's schedule makes its own
+                self.records.pop(k, None)
             self.store.restore(start, drop=False)
             choice = self.plan(start, t + 1 - start)
-            Sweep(self, choice, start, held=True, in_reverse=True).run_all()
-            self.note(choice.name, t + 1 - start)
-            self.drop(start)
-            t = start - 1
+            sweep = Sweep(
+                self, choice, start, held=True, watch_sizes=self.opts.memory is not None, in_reverse=True
+            )
+            sweep.run_all()
+            self.note(choice.name, t + 1 - sweep.reversed_from)
+            if sweep.reversed_from == start:
+                self.drop(start)
+            t = sweep.reversed_from - 1
         if self.store.holds(-1):
             self.store.restore(-1, drop=True)
 
@@ -445,8 +496,9 @@ class Loop:
             if opts.storage == "disk":
                 return Choice("revolve", n, 0, 0, slots)
             return Choice("revolve", n, 0, slots)
-        choice = choose(n, self.free(start), self.sizes, self.disk_slots())
-        return choice if choice is not None else Choice("revolve", n, 0, 1)
+        free = self.free(start)
+        choice = choose(n, free, self.sizes, self.disk_slots())
+        return choice if choice is not None else Choice("revolve", n, 0, 1, room=free)
 
 
 class Ended(Exception):
@@ -458,12 +510,19 @@ class Outgrown(Exception):
     overrun the memory budget."""
 
 
+class _GivenUp(Exception):
+    """The sizes a schedule was chosen for have grown past the room it was chosen in: its reverse part stops."""
+
+
 class Sweep:
     """A loop's steps ``offset .. offset+n-1`` run through a ``checkpoint_schedules`` schedule.
 
     ``held``: the state at ``offset`` is a snapshot already. ``watch_sizes``: raise ``Outgrown`` in the
     forward sweep when what is held, the next step's records and the final state's copy would overrun the
-    memory budget (the sizes the schedule was chosen for have grown). ``more``:
+    memory budget (the sizes the schedule was chosen for have grown); in the reverse part, give the rest
+    of the schedule up once its need at the sizes measured (agreed over the ranks) outgrows the room it was
+    chosen in: steps ``reversed_from`` and later are reversed, and the loop's reverse pass goes on from
+    there, planning each gap in the memory then free (``Loop.reverse_from``). ``more``:
     the loop's condition, asked before each step of the forward sweep (``Ended`` when it says no).
     ``in_reverse``: a gap reversed in the loop's reverse pass (its forward part is no forward sweep: no stop
     is saved there).
@@ -490,6 +549,9 @@ class Sweep:
         self._actions = iter(sched)
         self._ahead: list[Any] = []  # actions looked at ahead, the next last
         self._forward_done = False
+        self._planned = replace(lp.sizes) if watch_sizes else None  # the sizes the choice was made for
+        self.reversed_from = offset + choice.n  # steps from here on are reversed
+        self.given_up = False
 
     @property
     def offset(self) -> int:
@@ -500,7 +562,16 @@ class Sweep:
         self.run()
 
     def run(self) -> None:
-        """Carry out the schedule's actions up to its end of the forward pass, or of the reverse pass."""
+        """Carry out the schedule's actions up to its end of the forward pass, or of the reverse pass (or
+        until it is given up)."""
+        if self.given_up:
+            return
+        try:
+            self._run()
+        except _GivenUp:
+            self.given_up = True
+
+    def _run(self) -> None:
         lp, off = self._lp, self._offset
         while (action := self._next()) is not None:
             if isinstance(action, Forward) and self._adjoint(action):
@@ -510,8 +581,10 @@ class Sweep:
             elif isinstance(action, Reverse):
                 for t in reversed(range(int(action.n0), int(action.n1))):
                     lp.reverse_step(off + t)
+                    self.reversed_from = off + t
                     lp.stop_reverse(off + t)
             elif isinstance(action, (Copy, Move)):
+                self._watch(None)
                 n = off + int(action.n)
                 if lp.store.holds(n) and n >= 0:
                     lp.store.restore(n, drop=False)
@@ -558,17 +631,39 @@ class Sweep:
         lp, off = self._lp, self._offset
         n0, n1 = int(action.n0), int(action.n1)
         disk = action.storage == StorageType.DISK
+        reverse_part = self._forward_done or self._in_reverse
+        if reverse_part:
+            self._watch(off + n0)
         took = False
         if action.write_ics and not (self._held and n0 == 0):
             lp.take(off + n0, disk=disk)
             took = True
         for t in range(n0, n1):
-            if not self._forward_done and not self._in_reverse:
+            if not reverse_part:
                 if self._more is not None and not self._more(off + t):
                     raise Ended(off + t)
                 lp.stop_forward(off + t)
                 if self._watch_sizes and lp.opts.memory is not None:
-                    need = lp.held() + lp.sizes.record + (0 if lp.store.holds(-1) else lp.sizes.final)
-                    if need > lp.opts.memory:
+                    (held,) = lp.agreed(lp.held() + (0 if lp.store.holds(-1) else lp.sizes.final))
+                    if held + lp.sizes.record > lp.opts.memory:
                         raise Outgrown(off + t)
+            elif t > n0:
+                self._watch(off + t)
             lp.advance(off + t, record=action.write_adj_deps, fresh=took and t == n0)
+
+    def _watch(self, live: int | None) -> None:
+        """In the reverse part: give the schedule up (``_GivenUp``) if the sizes outgrew its room. ``live``:
+        the step the state is at, before a step of a forward action (None: before a restore); it is kept as
+        a snapshot unless one at or below it is held, so that the loop's reverse pass can go on."""
+        lp, planned = self._lp, self._planned
+        if planned is None or not (self._forward_done or self._in_reverse):
+            return  # no budget, or the forward sweep (``Outgrown`` there)
+        lp.agreed()
+        now, choice = lp.sizes, self.choice
+        grown = now.snapshot > planned.snapshot or now.record > planned.record or now.final > planned.final
+        if not grown or choice.need(now) + now.final - planned.final <= choice.room:
+            return
+        if live is not None and not any(p <= live for p in lp.store.positions()):
+            lp.store.take(live, step_follows=False)
+            lp.track()
+        raise _GivenUp

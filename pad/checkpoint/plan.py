@@ -60,6 +60,7 @@ class Choice:
     steps: int
     ram: int
     disk: int = 0
+    room: int = 0  # the bytes it was chosen to fit in (``choose``'s ``free``)
 
     def schedule(self) -> CheckpointSchedule:
         """A fresh ``checkpoint_schedules`` schedule of this choice (not for keep-all)."""
@@ -70,6 +71,14 @@ class Choice:
     @property
     def recomputed(self) -> int:
         return self.steps - self.n
+
+    def need(self, sizes: Sizes) -> int:
+        """The most bytes its snapshots and records in memory hold at once for ``sizes`` (``choose`` picks a
+        schedule whose need fits its ``room``)."""
+        a, b = max(sizes.snapshot, 1), max(sizes.record, 1)
+        if self.name == "keep-all":
+            return self.n * b + a
+        return self.ram * (max(a, b) if self.name == "mixed" else a) + b
 
 
 def revolve_steps(n: int, snapshots: int) -> int:
@@ -105,18 +114,18 @@ def choose(n: int, free: int, sizes: Sizes, disk_slots: int = 0) -> Choice | Non
     """
     a, b = max(sizes.snapshot, 1), max(sizes.record, 1)
     if n * b + a <= free:
-        return Choice("keep-all", n, n, 0)
+        return Choice("keep-all", n, n, 0, room=free)
     options = []
     slots = (free - b) // a
     if slots >= 1:
-        options.append(Choice("revolve", n, revolve_steps(n, slots), int(slots)))
+        options.append(Choice("revolve", n, revolve_steps(n, slots), int(slots), room=free))
         if disk_slots > 0:
             total = revolve_steps(n, slots + disk_slots)
-            options.append(Choice("two-level", n, total, int(slots), int(min(disk_slots, n))))
+            options.append(Choice("two-level", n, total, int(slots), int(min(disk_slots, n)), room=free))
     units = (free - b) // max(a, b)
     steps = mixed_steps(n, int(min(units, n - 1))) if units >= 1 else None
     if steps is not None:
-        options.append(Choice("mixed", n, steps, int(min(units, n - 1))))
+        options.append(Choice("mixed", n, steps, int(min(units, n - 1)), room=free))
     return min(options, key=lambda c: (c.steps, c.disk > 0, c.name != "revolve"), default=None)
 
 

@@ -43,12 +43,13 @@ class MismatchError(ValueError):
 
 class Adjoint:
     """A tape record whose reverse runs a closure: an op's adjoint, written beside its forward (timed as the
-    ``reverse`` phase of ``pad.mpi.stats()``)."""
+    ``reverse`` phase of ``pad.mpi.stats()``). ``comm``: the mpi4py communicator the adjoint communicates
+    on (``tape.Record``'s), None for an adjoint that stays on its rank."""
 
-    __slots__ = ("run",)
+    __slots__ = ("comm", "run")
 
-    def __init__(self, run: Callable[[], None]) -> None:
-        self.run = run
+    def __init__(self, run: Callable[[], None], comm: Any = None) -> None:
+        self.run, self.comm = run, comm
 
     def reverse(self) -> None:
         began = _wire.start()

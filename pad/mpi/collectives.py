@@ -41,7 +41,7 @@ def bcast(comm: Comm, ctx: tape.Context, buf: Any, root: int = 0) -> None:
             wire.Reduce(dx, None, SUM, root)
             dx[...] = 0
 
-    ctx.record(Adjoint(reverse))
+    ctx.record(Adjoint(reverse, comm.private))
 
 
 @register("Gather")
@@ -76,7 +76,7 @@ def gather(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: Any, root: int 
                 dr[...] = 0
             ds[...] += got
 
-    ctx.record(Adjoint(reverse))
+    ctx.record(Adjoint(reverse, comm.private))
 
 
 @register("Scatter")
@@ -109,7 +109,7 @@ def scatter(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: Any, root: int
             wire.Gather(dr, None, root)
             dr[...] = 0
 
-    ctx.record(Adjoint(reverse))
+    ctx.record(Adjoint(reverse, comm.private))
 
 
 def _exchange(comm: Comm, ctx: tape.Context, call: str, adjoint: str, sendbuf: Any, recvbuf: Any) -> None:
@@ -137,7 +137,7 @@ def _exchange(comm: Comm, ctx: tape.Context, call: str, adjoint: str, sendbuf: A
         target = own if ds is IN_PLACE else ds
         target[...] += got.reshape(target.shape)
 
-    ctx.record(Adjoint(reverse))
+    ctx.record(Adjoint(reverse, comm.private))
 
 
 @register("Allgather")
@@ -165,4 +165,4 @@ def barrier(comm: Comm, ctx: tape.Context) -> None:
     def reverse() -> None:
         comm.wire("reverse", "Barrier").Barrier()
 
-    ctx.record(Adjoint(reverse))
+    ctx.record(Adjoint(reverse, comm.private))

@@ -75,8 +75,8 @@ def isend(comm: Comm, ctx: tape.Context, buf: Any, dest: int, tag: int = 0) -> R
         if dx is not None:
             arrays.add(dx, got)
 
-    ctx.record(Adjoint(isend_reverse))
-    return _track(ctx, Request([req], [lambda _: ctx.record(Adjoint(wait_reverse))]), what)
+    ctx.record(Adjoint(isend_reverse, comm.private))
+    return _track(ctx, Request([req], [lambda _: ctx.record(Adjoint(wait_reverse, comm.private))]), what)
 
 
 @register("Irecv")
@@ -106,7 +106,7 @@ def irecv(comm: Comm, ctx: tape.Context, buf: Any, source: int = ANY_SOURCE, tag
         part = None if dx is None else flat(dx, st.Get_count(MPI.BYTE) // x.itemsize)
         if not known:
             ptag = pair_tag(ctx, comm, "recv", src, tg)
-        ctx.record(Adjoint(lambda: wait_reverse(src, tg)))
+        ctx.record(Adjoint(lambda: wait_reverse(src, tg), comm.private))
 
     def wait_reverse(src: int, tg: int) -> None:
         nonlocal adjoint
@@ -118,7 +118,7 @@ def irecv(comm: Comm, ctx: tape.Context, buf: Any, source: int = ANY_SOURCE, tag
         if part is not None:
             part[...] = 0
 
-    ctx.record(Adjoint(irecv_reverse))
+    ctx.record(Adjoint(irecv_reverse, comm.private))
     req._then.append(complete)
     return _track(ctx, req, what)
 

@@ -61,7 +61,7 @@ def send(comm: Comm, ctx: tape.Context, buf: Any, dest: int, tag: int = 0) -> No
         return
     dx = shadow(ctx, x)
     ptag = pair_tag(ctx, comm, "send", dest, tag)
-    ctx.record(Adjoint(lambda: take(comm, dx, dest, ptag, tag, "Send")))
+    ctx.record(Adjoint(lambda: take(comm, dx, dest, ptag, tag, "Send"), comm.private))
 
 
 @register("Recv")
@@ -79,7 +79,7 @@ def recv(
     src, tg = st.Get_source(), st.Get_tag()
     part = received(shadow(ctx, x), x, st)
     ptag = pair_tag(ctx, comm, "recv", src, tg)
-    ctx.record(Adjoint(lambda: give(comm, part, src, ptag, tg, "Recv")))
+    ctx.record(Adjoint(lambda: give(comm, part, src, ptag, tg, "Recv"), comm.private))
 
 
 @register("Sendrecv")
@@ -117,4 +117,4 @@ def sendrecv(
         if dx is not None:
             dx[...] += got
 
-    ctx.record(Adjoint(reverse))
+    ctx.record(Adjoint(reverse, comm.private))

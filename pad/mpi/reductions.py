@@ -107,7 +107,12 @@ def _reduce(
         return
     dx, dr = float_shadow(ctx, x), float_shadow(ctx, r if red.gets else None)
     if ctx.reverse_mode:
-        ctx.record(Adjoint(_reduce_adjoint(red, dx, dr, None if red.linear or not red.gets else ctx.keep(r))))
+        ctx.record(
+            Adjoint(
+                _reduce_adjoint(red, dx, dr, None if red.linear or not red.gets else ctx.keep(r)),
+                comm.private,
+            )
+        )
     else:
         _reduce_tangent(red, dx, dr)
 
@@ -209,7 +214,7 @@ def reduce_scatter_block(comm: Comm, ctx: tape.Context, sendbuf: Any, recvbuf: A
         target = dr if ds is IN_PLACE else ds
         target[...] += got.reshape(target.shape)
 
-    ctx.record(Adjoint(reverse))
+    ctx.record(Adjoint(reverse, comm.private))
 
 
 def _scan(comm: Comm, ctx: tape.Context, call: str, sendbuf: Any, recvbuf: Any, op: Any) -> None:
@@ -240,7 +245,7 @@ def _scan(comm: Comm, ctx: tape.Context, call: str, sendbuf: Any, recvbuf: Any, 
         target = dr if ds is IN_PLACE else ds
         target[...] += got.reshape(target.shape)
 
-    ctx.record(Adjoint(reverse))
+    ctx.record(Adjoint(reverse, comm.private))
 
 
 @register("Scan")

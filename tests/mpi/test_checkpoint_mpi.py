@@ -169,6 +169,79 @@ def test_a_memory_budget_is_honoured_on_every_rank_with_the_same_bits(comm, ever
     assert everywhere(_same(got, want)), f"rank {comm.rank}: {got[0]} vs {want[0]}"
 
 
+def _uneven(rank):
+    """Interior cells of a rank in the uneven halo loop: the ranks' states differ several times over."""
+    return 4 + 40 * rank
+
+
+def _uneven_grad(comm, nsteps, while_, given=False, **opts):
+    """((du, dv, u, v), Stats) of the halo loop (kernel step) with ``_uneven(rank)`` cells on each rank, as
+    a ``loop`` or a ``while_loop``; ``given``: its communicator passed as ``comm=``."""
+    m = _uneven(comm.rank)
+    rng = np.random.default_rng(comm.rank)
+    u, v = rng.uniform(0.0, 1.0, m + 2), np.zeros(m + 2)
+    du, dv = np.zeros(m + 2), np.zeros(m + 2)
+    (dv if nsteps % 2 else du)[1 : m + 1] = 1.0 + comm.rank
+    stats, count = checkpoint.Stats(), [0]
+
+    def step(t, comm, u, v):
+        count[0] = t + 1
+        src, dst = (u, v) if t % 2 == 0 else (v, u)
+        pad.mpi.Halo.structured(comm, (comm.size,), (len(src),), ghost=1, periodic=True).exchange(src, "copy")
+        pad.launch(_smooth, len(src) - 2, src, dst)
+
+    if given:
+        opts["comm"] = comm
+
+    def run(u, v):
+        if while_:
+            checkpoint.while_loop(lambda *_: count[0] < nsteps, step, comm, u, v, stats=stats, **opts)
+        else:
+            checkpoint.loop(step, nsteps, comm, u, v, stats=stats, **opts)
+
+    pad.autodiff(run, pad.Dup(u, du), pad.Dup(v, dv))
+    return (du, dv, u, v), stats
+
+
+@pytest.mark.parametrize(
+    "while_,states,given",
+    [
+        (False, 4, False),
+        (True, 4, False),
+        (False, 9, False),
+        (True, 9, False),
+        (False, 4, True),
+        (True, 40, True),
+    ],
+)
+def test_ranks_of_uneven_sizes_follow_one_schedule_within_the_budget(comm, everywhere, while_, states, given):
+    """Each rank holds a state of its own size, the budget is ``states`` copies of the largest: a rank
+    deciding on its own sizes would keep every step where another recomputes, and their reverse messages
+    would not pair up (a hang). The ranks decide on the largest sizes among them, over the communicator
+    the halo's messages record (or ``comm=``): the same schedule and step calls everywhere, each rank's
+    peak within the budget, and keeping every step's gradient, bit for bit."""
+    memory = states * 16 * (_uneven(comm.size - 1) + 2)
+    want, _ = _uneven_grad(comm, 20, while_)
+    got, stats = _uneven_grad(comm, 20, while_, memory=memory, given=given)
+    done = (stats.schedule, stats.steps, stats.snapshots_peak, sorted(stats.schedules.items()))
+    every = comm.mpi.allgather(done)
+    assert everywhere(all(d == every[0] for d in every)), every
+    assert everywhere(stats.peak_memory <= memory), f"rank {comm.rank}: peak {stats.peak_memory} in {memory}"
+    assert everywhere((stats.recomputed == 0) == (states >= 40)), f"rank {comm.rank}: {done}"
+    assert everywhere(_same(got, want)), f"rank {comm.rank}: {got[0]} vs {want[0]}"
+
+
+def test_a_budget_too_small_for_one_rank_is_refused_by_every_rank(comm, everywhere):
+    """The last rank's state does not fit where the first rank's would: every rank raises ``BudgetError``
+    (none goes on alone, to wait for the others' messages)."""
+    if comm.size == 1:
+        pytest.skip("needs two ranks or more")
+    memory = 3 * 16 * (_uneven(0) + 2)
+    with pytest.raises(checkpoint.BudgetError) as refused:
+        _uneven_grad(comm, 20, False, memory=memory)
+    assert everywhere("is too small for this loop" in str(refused.value)), str(refused.value)
+
+
 def _folder(comm, tmp_path_factory):
     return comm.mpi.bcast(str(tmp_path_factory.mktemp("resume")) if comm.rank == 0 else None)
 

@@ -121,13 +121,17 @@ def test_an_expected_step_count_gives_while_loop_the_offline_schedule(budget):
     assert np.array_equal(np.concatenate(other), np.concatenate(kept(60)))
 
 
-def _late_state_step(t, u, v, w):
-    """u and v every step; w, a state array too, first written at step 3."""
-    kops.sin_to(u, v)
-    kops.axpy(0.3, v, u)
-    if t >= 3:
-        kops.axpy(0.2, u, w)
-        kops.axpy(0.1, w, v)
+def _late_state(at):
+    """A step writing u and v every step, and w, a state array too, from step ``at`` on."""
+
+    def step(t, u, v, w):
+        kops.sin_to(u, v)
+        kops.axpy(0.3, v, u)
+        if t >= at:
+            kops.axpy(0.2, u, w)
+            kops.axpy(0.1, w, v)
+
+    return step
 
 
 @pytest.mark.parametrize("budget", [1_000, 1_100])
@@ -135,9 +139,26 @@ def test_a_schedule_given_up_when_the_state_grows_goes_on_online(budget):
     """w appears after the offline schedule was chosen for u and v: the schedule is given up before the
     step it had just snapshotted, whose snapshot the online placement then drops (that step ran owing a
     dropped snapshot: KeyError). The gradient is keeping every step's, bit for bit, within the budget."""
-    got, stats = grads(30, step=_late_state_step, memory=budget)
-    assert np.array_equal(np.concatenate(got), np.concatenate(grads(30, step=_late_state_step)[0]))
+    step = _late_state(3)
+    got, stats = grads(30, step=step, memory=budget)
+    assert np.array_equal(np.concatenate(got), np.concatenate(grads(30, step=step)[0]))
     assert stats.schedule.startswith("online") and stats.peak_memory <= budget
+
+
+@pytest.mark.parametrize(
+    "while_,budget", [(False, 1_200), (False, 2_400), (True, 2_400), (True, 3_600)], ids=str
+)
+@pytest.mark.parametrize("at", [3, 8, 15])
+def test_a_state_array_first_written_mid_run_keeps_the_budget(while_, budget, at):
+    """w (16 doubles) is first written at step ``at`` of 30, after the schedule was chosen for u and v
+    (``loop``: Mixed in 2400 bytes, whose reverse part then held larger snapshots and records: 3072 bytes),
+    or after ``while_loop`` chose to record steps (the copies the kept records were bound to make were
+    not counted: 2560 bytes). The schedule outgrown is given up and the loop's reverse pass re-plans each
+    gap in the memory then free: the peak within the budget, keeping every step's gradient, bit for bit."""
+    step = _late_state(at)
+    got, stats = grads(30, step=step, while_=while_, memory=budget)
+    assert np.array_equal(np.concatenate(got), np.concatenate(grads(30, step=step, while_=while_)[0]))
+    assert stats.peak_memory <= budget and stats.recomputed > 0
 
 
 def test_the_measured_peak_is_the_memory_numpy_allocates():
