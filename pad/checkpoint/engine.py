@@ -623,7 +623,9 @@ class Sweep:
             return False
         self._forward_done = True
         t = self._offset + n0
+        self._watch(t)
         self._lp.adjoint_step(t)
+        self.reversed_from = t
         self._lp.stop_reverse(t)
         return True
 
