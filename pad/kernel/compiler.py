@@ -11,6 +11,7 @@ import hashlib
 import importlib.util
 import os
 import sys
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -460,12 +461,15 @@ def _load(name: str, source: str) -> Any:
         return sys.modules[module_name]
     path = cache_dir() / f"{module_name}.py"
     if not path.exists():
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(source)
+        # A temporary file of a name no other process (rank, node) takes, renamed into place: a reader sees
+        # the whole file or none.
+        tmp = path.with_name(f"{module_name}.{uuid.uuid4().hex}.tmp")
+        with open(tmp, "x") as fh:
+            fh.write(source)
         # One modification time for every writer: numba's cache keys on it, so a rank (or node) that writes
         # the file again after another compiled it would otherwise make that compilation stale.
         os.utime(tmp, (SOURCE_MTIME, SOURCE_MTIME))
-        tmp.replace(path)
+        os.replace(tmp, path)
     spec = importlib.util.spec_from_file_location(module_name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -534,27 +538,34 @@ def ahead_items(noted: list[tuple[Any, tuple]]) -> list[AheadItem]:
 def compile_ahead(items: list[AheadItem], workers: int = 0, share: tuple[int, int] = (0, 1)) -> int:
     """Compile this process's share of ``items`` into numba's on-disk cache, with ``workers`` more processes
     (numba holds the GIL while it compiles: threads would take turns), the largest first. ``share = (k,
-    n)``: of ``n`` processes dividing the items (MPI ranks over a shared cache), this one takes every n-th
-    from the k-th. Items already compiled into the cache (a marker beside the generated file says so) are
-    skipped. Returns how many items this process had compiled; a launcher whose compilation failed here
-    compiles, and reports its error, where it is first called."""
+    n)``: of ``n`` processes dividing the items (MPI ranks over a shared cache), this one takes the generated
+    files k, k + n, ... Items already compiled into the cache (a marker beside the generated file says so)
+    are skipped. Returns how many items this process had compiled; a launcher whose compilation failed here
+    compiles, and reports its error, where it is first called.
+
+    The items of one generated file go to one process, one after the other: numba keeps a function's cache
+    in one index file, and two processes saving two signatures of one function at once could leave the
+    index naming the other's compiled code."""
     index, count = share
-    mine = [item for k, item in enumerate(items) if k % count == index and not _marker(item).exists()]
-    if not mine:
+    files = sorted({item.path for item in items})[index::count]
+    groups: dict[str, list[AheadItem]] = {}
+    for item in items:
+        if item.path in files and not _marker(item).exists():
+            groups.setdefault(item.path, []).append(item)
+    if not groups:
         return 0
-    mine.sort(key=lambda item: -os.path.getsize(item.path))
-    bins: list[list[AheadItem]] = [[] for _ in range(min(workers, len(mine) - 1) + 1)]
+    bins: list[list[AheadItem]] = [[] for _ in range(min(workers, len(groups) - 1) + 1)]
     loads = [0] * len(bins)
-    for item in mine:  # the largest to the least loaded process
+    for path in sorted(groups, key=lambda path: -os.path.getsize(path)):  # the largest to the least loaded
         k = loads.index(min(loads))
-        bins[k].append(item)
-        loads[k] += os.path.getsize(item.path) + 20_000  # a launcher costs about as much as 20 kB of source
+        bins[k] += groups[path]
+        loads[k] += len(groups[path]) * (os.path.getsize(path) + 20_000)  # as if 20 kB more source each
     children = [_start_worker(chunk) for chunk in bins[1:]]
     _compile_items(bins[0])
     for child, tasks in children:
         child.wait()
         tasks.unlink(missing_ok=True)
-    return len(mine)
+    return sum(map(len, groups.values()))
 
 
 def _marker(item: AheadItem) -> Path:
