@@ -3,15 +3,23 @@ filled, timed from the outside (wall and CPU seconds, children included) and by 
 its timed run: the same within noise both times, as compilation is kept out of it).
 
 The cache is pad's generated sources and numba's compiled code beside them: ``PAD_CACHE_DIR``, here a fresh
-temporary folder (pad's own few numba functions keep their cache in the package).
+temporary folder for every cold run (pad's own few numba functions keep their cache in the package). With
+``--baseline DIR`` another checkout's apps run too, alternating with this one's round by round, so that both
+see the same machine (on a shared one, compare CPU seconds: wall seconds follow the load).
 
     python scripts/bench_compile.py                                       # LULESH -s 5 -i 5 --mode grad, CPU
     python scripts/bench_compile.py --device gpu                          # the same gradient on a GPU
-    python scripts/bench_compile.py --checkout ../main                    # another checkout's apps (a baseline)
+    python scripts/bench_compile.py --baseline ../main --rounds 3         # against another checkout, 3 rounds
     python scripts/bench_compile.py --app minibude -- --mode grad --poses 4096
+    python scripts/bench_compile.py --items --baseline ../main            # where a cold compile's time goes
 
-Writes ``results/compile-APP-DEVICE.json`` (``--json``): per run (cold, warm) the command, wall seconds, CPU
-seconds, the app's ``compile_s`` and record; the checkout's commit, the machine and its load average before
+``--items`` runs no app to the end: ``pad.precompile``'s items (the launchers, chunks and inspectors an app's
+warm-up launches, each for the argument types it saw) are compiled one after the other in one process with an
+empty cache, each timed alone: CPU seconds, and LLVM's share of its wall time (numba's event API).
+
+Writes ``results/compile-APP-DEVICE.json`` (``--json``): per checkout its commit and per round the runs
+(cold, warm): the command, wall seconds, CPU seconds, the app's ``compile_s`` and record (``--items``: per
+item its kind, name, generated lines, CPU seconds and LLVM's share); the machine and its load average before
 and after.
 """
 
@@ -47,7 +55,44 @@ def run(cmd: list[str], cwd: str, env: dict[str, str]) -> dict[str, Any]:
         "wall_s": wall,
         "cpu_s": cpu,
         "output": proc.stdout[-4000:],
+        "errors": proc.stderr[-4000:],
     }
+
+
+# Run in a checkout's Python (argv: app, then its arguments): its pad.precompile's items, each compiled alone.
+ITEMS = """
+import importlib, json, os, sys, time
+from numba.core import event
+from pad.kernel import compiler
+
+items = []
+
+
+def keep(noted, workers=0, share=(0, 1)):
+    items.extend(noted)
+    raise SystemExit  # the app stops at its precompile
+
+
+compiler.compile_ahead = keep
+try:
+    importlib.import_module(f"apps.{sys.argv[1]}.__main__").main(sys.argv[2:])
+except SystemExit:
+    pass
+rows = []
+for item in sorted(items, key=lambda item: -os.path.getsize(item.path)):
+    llvm = []
+    with event.install_timer("numba:llvm_lock", llvm.append):
+        cpu, wall = time.process_time(), time.perf_counter()
+        compiler._compile_items([item])
+        cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
+    name = item.name
+    kind = "inspector" if name.endswith("_inspect") else "chunk" if name.endswith("_chunk") else "launcher"
+    with open(item.path) as fh:
+        lines = sum(1 for _ in fh)
+    rows.append({"name": name, "kind": kind, "lines": lines, "cpu_s": cpu, "llvm_share": sum(llvm) / wall})
+with open(os.environ["PAD_ITEMS_JSON"], "w") as fh:
+    json.dump(rows, fh)
+"""
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -60,14 +105,47 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=cli.integer(1), default=1, help="CPU threads of the app (cpu)")
     p.add_argument("--ranks", type=cli.integer(1), default=1, help="MPI ranks (the mpiexec beside Python)")
     p.add_argument("--checkout", default=REPO, help="the checkout whose apps run")
+    p.add_argument("--baseline", metavar="DIR", help="another checkout whose apps run too, alternating")
+    p.add_argument("--rounds", type=cli.integer(1), default=1, help="cold and warm runs per checkout")
+    p.add_argument("--items", action="store_true", help="compile precompile's items one by one, timed")
     p.add_argument("--json", metavar="PATH", help="the results (default: results/compile-APP-DEVICE.json)")
     args = p.parse_args(own)
     app_args = DEFAULT_ARGS[args.app] if extra is None else extra
     out = args.json or os.path.join(REPO, "results", f"compile-{args.app}-{args.device}.json")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    checkout = os.path.abspath(args.checkout)
+    checkouts = [os.path.abspath(c) for c in ([args.baseline] if args.baseline else []) + [args.checkout]]
     load_before = os.getloadavg()
-    runs: dict[str, Any] = {}
+    rounds: dict[str, list[dict[str, Any]]] = {c: [] for c in checkouts}
+    for k in range(args.rounds):
+        for checkout in checkouts:
+            runs = (
+                _items(checkout, args, app_args) if args.items else _cold_and_warm(checkout, args, app_args)
+            )
+            rounds[checkout].append(runs)
+            for name, r in runs.items():
+                print(f"{_name(checkout)} round {k + 1} {_summary(name, r)}", flush=True)
+    record = {
+        "app": args.app,
+        "device": args.device,
+        "arguments": app_args,
+        "threads": args.threads,
+        "ranks": args.ranks,
+        "checkouts": [
+            {"checkout": c, "commit": _commit(c), "baseline": c != checkouts[-1], "rounds": rounds[c]}
+            for c in checkouts
+        ],
+        "load_before": load_before,
+        "load_after": os.getloadavg(),
+        "machine": cli.machine(),
+    }
+    cli.write_json(out, record)
+    print(f"bench_compile: results in {out}")
+    return 0 if all(r["status"] == 0 for c in rounds.values() for runs in c for r in runs.values()) else 1
+
+
+def _cold_and_warm(checkout: str, args: Any, app_args: list[str]) -> dict[str, dict[str, Any]]:
+    """A run of ``checkout``'s app with an empty cache, then one with the cache it filled."""
+    runs = {}
     with tempfile.TemporaryDirectory(prefix="pad-cache-") as cache:
         path = os.pathsep.join([checkout, *filter(None, [os.environ.get("PYTHONPATH")])])
         env = {**os.environ, "PAD_CACHE_DIR": cache, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
@@ -80,32 +158,36 @@ def main(argv: list[str] | None = None) -> int:
             if args.ranks > 1:
                 cmd = [os.path.join(os.path.dirname(sys.executable), "mpiexec"), "-n", str(args.ranks), *cmd]
             runs[name] = run(cmd, checkout, env) | {"result": _record(json_path)}
-            print(_summary(name, runs[name]), flush=True)
-    record = {
-        "app": args.app,
-        "device": args.device,
-        "arguments": app_args,
-        "threads": args.threads,
-        "ranks": args.ranks,
-        "checkout": checkout,
-        "checkout_commit": (
-            cli.command_output(["git", "-C", checkout, "rev-parse", "--short", "HEAD"]) or ""
-        ).strip(),
-        "runs": runs,
-        "load_before": load_before,
-        "load_after": os.getloadavg(),
-        "machine": cli.machine(),
-    }
-    cli.write_json(out, record)
-    print(f"bench_compile: results in {out}")
-    return 0 if all(r["status"] == 0 for r in runs.values()) else 1
+    return runs
 
 
-def _record(path: str) -> dict[str, Any] | None:
+def _items(checkout: str, args: Any, app_args: list[str]) -> dict[str, dict[str, Any]]:
+    """The items of ``checkout``'s app's ``pad.precompile``, each compiled alone (``ITEMS``)."""
+    with tempfile.TemporaryDirectory(prefix="pad-cache-") as cache:
+        path = os.pathsep.join([checkout, *filter(None, [os.environ.get("PYTHONPATH")])])
+        out = os.path.join(cache, "items.json")
+        env = {**os.environ, "PAD_CACHE_DIR": cache, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
+        env |= {"NUMBA_NUM_THREADS": str(args.threads), "PAD_ITEMS_JSON": out}
+        cmd = [sys.executable, "-c", ITEMS, args.app, *app_args, "--device", args.device]
+        cmd += ["--threads", str(args.threads)] if args.device == "cpu" else []
+        r = run(cmd, checkout, env) | {"command": [*cmd[:2], "ITEMS", *cmd[3:]]}
+        items = _record(out)
+        return {"items": r | {"result": None if items is None else {"items": items}}}
+
+
+def _commit(checkout: str) -> str:
+    return (cli.command_output(["git", "-C", checkout, "rev-parse", "--short", "HEAD"]) or "").strip()
+
+
+def _name(checkout: str) -> str:
+    return _commit(checkout) or os.path.basename(checkout)
+
+
+def _record(path: str) -> Any:
     if not os.path.exists(path):
         return None
     with open(path) as fh:
-        record: dict[str, Any] = json.load(fh)
+        record: Any = json.load(fh)
     return record
 
 
@@ -113,7 +195,10 @@ def _summary(name: str, r: dict[str, Any]) -> str:
     text = f"{name}: exit status {r['status']}, {r['wall_s']:.1f} s wall, {r['cpu_s']:.1f} s CPU"
     result = r["result"]
     if result is None:
-        return text + "; no record:\n" + r["output"]
+        return text + "; no record:\n" + r["output"] + r["errors"]
+    if "items" in result:
+        items = result["items"]
+        return text + f"; {len(items)} items, {sum(i['cpu_s'] for i in items):.1f} s CPU compiling them"
     if result.get("compile_s") is not None:
         text += f"; compile_s {result['compile_s']:.1f}"
     ahead = result.get("precompile")

@@ -512,35 +512,86 @@ def checkpoint() -> list[str]:
 
 
 def compile_times() -> list[str]:
-    """First runs: an app started with an empty kernel cache and again with the cache filled, per checkout
-    (``scripts/bench_compile.py``)."""
+    """First runs: an app started with an empty kernel cache and again with the cache filled, per checkout,
+    the baseline first (``scripts/bench_compile.py``): of each kind of run the one of least CPU seconds over
+    the rounds, and every round's CPU seconds."""
     out = []
     for rec in _load("compile-*.json"):
         r = rec["result"]
+        if "items" in r["checkouts"][0]["rounds"][0]:
+            continue  # compile_items'
+        what = f"`{r['app']} {' '.join(r['arguments'])} --device {r['device']}`, {r['threads']} thread(s)"
+        for c in r["checkouts"]:
+            rows = []
+            for name in ("cold", "warm"):
+                runs = [rounds[name] for rounds in c["rounds"]]
+                run = min(runs, key=lambda x: x["cpu_s"])
+                res = run["result"]
+                ahead = res.get("precompile")
+                rows.append(
+                    [
+                        name,
+                        f"{run['wall_s']:.1f} s",
+                        f"{run['cpu_s']:.1f} s",
+                        ", ".join(f"{x['cpu_s']:.1f}" for x in runs),
+                        "not reported" if res.get("compile_s") is None else f"{res['compile_s']:.1f} s",
+                        f"{ahead['compiled']} of {ahead['launchers']}, {ahead['workers']} worker(s)"
+                        if ahead
+                        else "",
+                        _time(res["time_primal_s"]),
+                        _time(res["time_grad_s"]) if res.get("time_grad_s") is not None else "",
+                        f"{res['elapsed_s']:.3g} s" if "elapsed_s" in res else "",
+                    ]
+                )
+            header = [
+                "run",
+                "wall",
+                "CPU",
+                "CPU, each round",
+                "compile_s",
+                "compiled ahead",
+                "primal",
+                "gradient",
+                "Elapsed",
+            ]
+            role = "baseline" if c["baseline"] else "checkout"
+            out += [
+                f"**{role} {c['commit'] or os.path.basename(c['checkout'])}**: {what}",
+                "",
+                *_table(header, rows),
+                "",
+            ]
+        out += [*_caption(rec), ""]
+    return out[:-1]
+
+
+def compile_items() -> list[str]:
+    """Where a first run's compiling goes: ``pad.precompile``'s items of an app, each compiled alone, per
+    checkout (``scripts/bench_compile.py --items``)."""
+    out = []
+    for rec in _load("compile-*.json"):
+        r = rec["result"]
+        if "items" not in r["checkouts"][0]["rounds"][0]:
+            continue
+        what = f"`{r['app']} {' '.join(r['arguments'])} --device {r['device']}`, {r['threads']} thread(s)"
         rows = []
-        for name in ("cold", "warm"):
-            run = r["runs"][name]
-            res = run["result"]
-            ahead = res.get("precompile")
+        for c in r["checkouts"]:
+            items = c["rounds"][0]["items"]["result"]["items"]
+            kinds = sorted({i["kind"] for i in items})
+            by_kind = [f"{sum(i['kind'] == k for i in items)} {k}s" for k in kinds]
+            cpu = {k: sum(i["cpu_s"] for i in items if i["kind"] == k) for k in kinds}
+            top = max(items, key=lambda i: i["cpu_s"])
             rows.append(
                 [
-                    name,
-                    f"{run['wall_s']:.1f} s",
-                    f"{run['cpu_s']:.1f} s",
-                    "not reported" if res.get("compile_s") is None else f"{res['compile_s']:.1f} s",
-                    f"{ahead['compiled']} of {ahead['launchers']}, {ahead['workers']} worker(s)"
-                    if ahead
-                    else "",
-                    _time(res["time_primal_s"]),
-                    _time(res["time_grad_s"]) if res.get("time_grad_s") is not None else "",
-                    f"{res['elapsed_s']:.3g} s" if "elapsed_s" in res else "",
+                    f"{'baseline' if c['baseline'] else 'checkout'} {c['commit'] or os.path.basename(c['checkout'])}",
+                    ", ".join(by_kind),
+                    f"{sum(cpu.values()):.1f} s",
+                    ", ".join(f"{k}s {v:.1f} s" for k, v in cpu.items()),
+                    f"`{top['name']}` ({top['lines']:,} lines): {top['cpu_s']:.1f} s, LLVM {top['llvm_share']:.0%}",
                 ]
             )
-        header = ["run", "wall", "CPU", "compile_s", "compiled ahead", "primal", "gradient", "Elapsed"]
-        what = f"`{r['app']} {' '.join(r['arguments'])} --device {r['device']}`, {r['threads']} thread(s)"
-        where = r["checkout_commit"] or os.path.basename(r["checkout"])
-        out += [f"**checkout {where}**: {what}", "", *_table(header, rows)]
-        out += [*_caption(rec), ""]
+        header = ["checkout", "items", "CPU", "CPU by kind", "largest"]
+        out += [what, "", *_table(header, rows), "", *_caption(rec), ""]
     return out[:-1]
 
 
@@ -708,6 +759,7 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "tasks": tasks,
     "studies": studies,
     "compile": compile_times,
+    "compile-items": compile_items,
 }
 
 

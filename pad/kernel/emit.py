@@ -369,10 +369,13 @@ def launcher_source(
     # One chunk's work is a plain njit function that the parallel launcher calls: numba's parfor passes
     # (fusion, pre-lowering), which walk the whole parallel function, then see a loop of calls, not a
     # kernel's adjoint of thousands of statements (which they compile slowly: docs/benchmarks.md).
+    # The chunk is also the serial launcher: a launch on one thread calls it alone (pad/parallel/cpu.py), so
+    # that a run on one thread never compiles the parallel launcher, whose parfor lowering costs more than
+    # many a chunk (docs/benchmarks.md, "First runs").
     options = f"nogil=True, cache=True, fastmath={fastmath}, error_model='numpy'"
     chunk = f"{launcher.name}_chunk"
-    if launcher.planned:  # chunk _c runs its share of the groups of segments _first, ..., _first + _count - 1
-        p.lines += [f"@njit({options})", f"def {chunk}(_c, _first, _count, _groups, {args}):"]
+    if launcher.planned:  # chunk _c runs its share of the groups of segments of colours _w0, ..., _w1 - 1
+        p.lines += [f"@njit({options})", f"def {chunk}(_c, _w0, _w1, {args}):"]
     else:
         p.lines += [f"@njit({options})", f"def {chunk}(_c, {args}):"]
         p.lines += ["    _lo = _n * _c // _nchunks", "    _hi = _n * (_c + 1) // _nchunks"]
@@ -392,6 +395,11 @@ def launcher_source(
 
     if launcher.planned:
         line("_ident = _order.shape[0] == 0")
+        line("for _w in range(_w0, _w1):")
+        depth += 1
+        line("_first = _colours[_w]")
+        line("_count = _colours[_w + 1] - _first")
+        line("_groups = min(_slots, _count)")
         line("for _g in range(_groups * _c // _nchunks, _groups * (_c + 1) // _nchunks):")
         depth, slot = depth + 1, "_g"
     outer = depth  # where per-slot set-up and sums go
@@ -452,11 +460,8 @@ def launcher_source(
     if launcher.planned:
         p.lines += [
             "    for _w in range(_colours.shape[0] - 1):",
-            "        _first = _colours[_w]",
-            "        _count = _colours[_w + 1] - _first",
-            "        _groups = min(_slots, _count)",
             f"        for _c in {loop}(_nchunks):",
-            f"            {chunk}(np.int64(_c), _first, _count, _groups, {args})",
+            f"            {chunk}(np.int64(_c), _w, _w + 1, {args})",
         ]
     else:
         p.lines += [f"    for _c in {loop}(_nchunks):", f"        {chunk}(np.int64(_c), {args})"]

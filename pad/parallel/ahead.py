@@ -2,8 +2,9 @@
 
 numba compiles a launcher on its first call, one at a time and holding the GIL: LULESH's per-cycle gradient,
 two dozen launchers, took minutes before its first timed cycle (docs/benchmarks.md, "In the code"). ``pad.precompile(fn, *args)`` runs
-``fn(*args)`` once with its launches noted and not run, then compiles every noted launcher, for the argument
-types it was called with, in parallel processes into numba's on-disk cache beside pad's generated files
+``fn(*args)`` once with its launches noted and not run, then compiles every noted launcher (on one thread, a
+launcher's chunk alone: pad/parallel/cpu.py) and the inspectors of those run by a plan, for the argument
+types they were called with, in parallel processes into numba's on-disk cache beside pad's generated files
 (``PAD_CACHE_DIR``). The program's own first calls then load them from the cache.
 
 ``fn`` is a warm-up: a run of a few steps whose Python control flow does not depend on what the launches

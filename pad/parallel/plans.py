@@ -128,6 +128,8 @@ def plan(variant: Variant, n: int, args: tuple) -> Plan:
     launches are noted to compile ahead (``pad.precompile``), not run, the index arrays may hold no indices
     yet: a plan without inspection stands in (its arrays have the same types)."""
     ins = variant.inspector
+    if ins is not None and compiler.noting():  # compiled ahead with the launcher
+        compiler.note(ins.function, _counting(ins, n, args)[1])
     if ins is None or compiler.noting():
         key = (id(variant), n)
         hit = _STATIC.get(key)
@@ -217,29 +219,77 @@ def _valid(p: Plan, ins: Any, args: tuple) -> bool:
     return ok
 
 
+@dataclass
+class _Scratch:
+    """The inspector's work arrays for one launch (the arrays it inspects laid end to end, array ``a`` from
+    ``base[a]``: per element, how many launch indices touch it and the last one that did)."""
+
+    sizes: list[int]
+    base: np.ndarray
+    colourable: np.ndarray
+    count: np.ndarray
+    last: np.ndarray
+    err: np.ndarray
+
+    @staticmethod
+    def of(ins: Any, args: tuple) -> _Scratch:
+        sizes = [int(np.prod(args[p].shape)) for p in ins.touched]
+        base = np.zeros(len(sizes) + 1, np.int64)
+        base[1:] = np.cumsum(sizes)
+        total = int(base[-1])
+        colourable = np.zeros(len(sizes), np.bool_)
+        count, last = np.zeros(total, np.int64), np.full(total, -1, np.int64)
+        return _Scratch(sizes, base, colourable, count, last, np.zeros(2 + 2 * MAX_DIMS + 1, np.int64))
+
+    def call(
+        self,
+        args: tuple,
+        step: int,
+        order: np.ndarray,
+        bounds: np.ndarray,
+        mask: np.ndarray,
+        colour: np.ndarray,
+    ) -> tuple:
+        """The inspector's arguments: ``step`` 0 counts, 1 colours (see pad/kernel/inspector.py)."""
+        return (
+            step,
+            order,
+            bounds,
+            *args,
+            self.base,
+            self.colourable,
+            self.count,
+            self.last,
+            mask,
+            colour,
+            self.err,
+        )
+
+
+NO_MASK, NO_COLOUR = np.empty(0, np.uint64), np.empty(0, np.int64)
+
+
+def _counting(ins: Any, n: int, args: tuple) -> tuple[_Scratch, tuple]:
+    """Work arrays for inspecting a launch of ``n`` on ``args``, and the inspector's first call (counting)."""
+    scratch = _Scratch.of(ins, args)
+    return scratch, scratch.call(args, 0, NO_ORDER, np.array([0, n], np.int64), NO_MASK, NO_COLOUR)
+
+
 def _inspect(variant: Variant, n: int, args: tuple) -> Plan:
     """Run the inspector and choose, per array, in place, coloured or private (see the module's doc)."""
     ins = variant.inspector
     assert ins is not None
-    sizes = [int(np.prod(args[p].shape)) for p in ins.touched]
-    base = np.zeros(len(sizes) + 1, np.int64)
-    base[1:] = np.cumsum(sizes)
+    scratch, call = _counting(ins, n, args)
+    sizes, base, colourable, count = scratch.sizes, scratch.base, scratch.colourable, scratch.count
     total = int(base[-1])
-    count = np.zeros(total, np.int64)
-    last = np.full(total, -1, np.int64)
-    colourable = np.zeros(len(sizes), np.bool_)
-    err = np.zeros(2 + 2 * MAX_DIMS + 1, np.int64)
-    whole = np.array([0, n], np.int64)
 
     def run(step: int, order: np.ndarray, bounds: np.ndarray, mask: np.ndarray, colour: np.ndarray) -> int:
-        return ins.function(step, order, bounds, *args, base, colourable, count, last, mask, colour, err)
+        return ins.function(*scratch.call(args, step, order, bounds, mask, colour))
 
-    no_mask, no_colour = np.empty(0, np.uint64), np.empty(0, np.int64)
-    call = (0, NO_ORDER, whole, *args, base, colourable, count, last, no_mask, no_colour, err)
     ins.function.compile(tuple(numba.typeof(a) for a in call))  # not timed: compiling
     begin = time.perf_counter()
-    if run(0, NO_ORDER, whole, no_mask, no_colour) == 1:
-        raise IndexError(ins.message(variant.kernel, err, args))
+    if ins.function(*call) == 1:
+        raise IndexError(ins.message(variant.kernel, scratch.err, args))
     degrees = [int(count[base[a] : base[a + 1]].max(initial=0)) for a in range(len(sizes))]
     private = {p for _, p in variant.privates} - set(ins.touched)
     for a, p in enumerate(ins.touched):
