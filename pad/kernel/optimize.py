@@ -6,15 +6,20 @@ prints, so a reader follows the adjoint of a source line in a few lines of the s
 
 from __future__ import annotations
 
+import copy
+import math
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
+
+import numpy as np
 
 from pad.kernel.analysis import NO_DEFINITIONS, Definitions, owned, uniform_add_names
 from pad.kernel.ir import (
     ArrayKind,
     Assign,
     Call,
+    Elem,
     Expr,
     Fill,
     For,
@@ -29,6 +34,7 @@ from pad.kernel.ir import (
     While,
     arrays_in,
     assigned,
+    blocks,
     call,
     element_type,
     exprs_of,
@@ -437,3 +443,180 @@ def privatize(
             s = map_blocks(s, lambda b: privatize(b, reduced, launch_index, defs))
         out.append(s)
     return out
+
+
+# Loops with literal bounds that run at most this many times are followed iteration by iteration when
+# local arrays' dead stores are looked for (their indices are then known); longer ones are summarized.
+UNROLL_TRIPS = 64
+# Local arrays of at most this many elements are followed element by element; stores into larger ones stay.
+TRACKED_ELEMENTS = 1024
+
+Element = tuple[str, tuple[int, ...]]
+
+
+def dead_local_stores(body: list[Stmt], shapes: dict[str, tuple[int, ...]]) -> list[Stmt]:
+    """``body`` without its stores and fills into local arrays whose elements nothing reads afterwards.
+
+    Liveness of array elements: ``shapes`` names the local arrays followed (a kernel's local arrays and their
+    shadows), element by element wherever an index is known when the kernel is compiled (literals, loop
+    variables of loops with literal bounds, names assigned such values), as the whole array otherwise. A
+    store is dead where the element it writes is stored again, or filled, before any statement, later loop
+    iteration or reverse block reads it; a fill where no element is read before the next fill. The body
+    runs once per launch index on arrays the launcher allocates once per chunk, so what the body reads of
+    them before writing (a shadow's zeros) is live at its end. Typical: the replay of a recomputed loop
+    that rebuilds a local array the reverse sweep does not read again, and forward stores into elements
+    only a replaced value read. Only the stores go; ``analysis.liveness`` then drops what they alone read.
+    """
+    shapes = {a: shape for a, shape in shapes.items() if math.prod(shape) <= TRACKED_ELEMENTS}
+    code = _copies(body)  # one statement object per occurrence: the forward sweep's and the replay's
+    whole = {a: frozenset((a, i) for i in np.ndindex(*shape)) for a, shape in shapes.items()}
+    needed: set[int] = set()
+
+    def evaluate(e: Expr, env: dict[str, int]) -> int | None:
+        if isinstance(e, Lit):
+            return (
+                int(e.value)
+                if isinstance(e.value, (int, np.integer)) and not isinstance(e.value, bool)
+                else None
+            )
+        if isinstance(e, Name):
+            return env.get(e.id)
+        if isinstance(e, Call) and e.op in _INDEX_OPS:
+            args = [evaluate(a, env) for a in e.args]
+            return None if None in args else _INDEX_OPS[e.op](*args)  # type: ignore[arg-type]
+        return None
+
+    def elements(array: str, index: tuple[Expr, ...], env: dict[str, int]) -> frozenset[Element]:
+        """The elements ``array[index]`` may be: one where the index is known and in bounds, else all."""
+        shape = shapes[array]
+        at: list[int] = []
+        for e, n in zip(index, shape, strict=False):
+            v = evaluate(e, env)
+            if v is None or not -n <= v < n:
+                return whole[array]
+            at.append(v + n if v < 0 else v)
+        return frozenset({(array, tuple(at))}) if len(index) == len(shape) else whole[array]
+
+    def reads(s: Stmt, env: dict[str, int]) -> set[Element]:
+        out: set[Element] = set()
+        for e in exprs_of(s):
+            for x in _elems(e):
+                if x.array in shapes:
+                    out |= elements(x.array, x.index, env)
+        return out
+
+    def envs(stmts: list[Stmt], env: dict[str, int]) -> list[dict[str, int]]:
+        """The known integer values before each statement of ``stmts``."""
+        out = []
+        env = dict(env)
+        for s in stmts:
+            out.append(env)
+            env = dict(env)
+            if isinstance(s, Assign):
+                value = evaluate(s.value, env)
+                if value is None:
+                    env.pop(s.target, None)
+                else:
+                    env[s.target] = value
+            else:
+                for n in assigned([s]):
+                    env.pop(n, None)
+        return out
+
+    def block(stmts: list[Stmt], live: set[Element], env: dict[str, int]) -> set[Element]:
+        live = set(live)
+        for s, before in zip(reversed(stmts), reversed(envs(stmts, env)), strict=True):
+            live = stmt(s, live, before)
+        return live
+
+    def stmt(s: Stmt, live: set[Element], env: dict[str, int]) -> set[Element]:
+        if isinstance(s, Store) and s.array in shapes:
+            written = elements(s.array, s.index, env)
+            if not written & live:
+                return live
+            needed.add(id(s))
+            if len(written) == 1 and not s.accumulate:
+                live = live - written
+            return live | reads(s, env)
+        if isinstance(s, Fill) and s.array in shapes:
+            if not whole[s.array] & live:
+                return live
+            needed.add(id(s))
+            return (live - whole[s.array]) | reads(s, env)
+        if isinstance(s, If):
+            return block(s.body, live, env) | block(s.orelse, live, env) | reads(s, env)
+        if isinstance(s, For):
+            inner = {n: v for n, v in env.items() if n not in assigned(s.body)}
+            start, stop, step = (evaluate(e, env) for e in (s.start, s.stop, s.step))
+            trips = range(start, stop, step) if start is not None and stop is not None and step else None
+            if trips is not None and len(trips) <= UNROLL_TRIPS:
+                for value in reversed(trips):
+                    live = block(s.body, live, {**inner, s.var: value})
+                return live | reads(s, env)
+            return _summarized(lambda after: block(s.body, after, inner), live) | reads(s, env)
+        if isinstance(s, While):
+            inner = {n: v for n, v in env.items() if n not in assigned(s.test + s.body)}
+            head = set(live)  # live where the test runs: before the loop and after each iteration
+            while True:
+                grown = head | block(s.test, live | reads(s, inner) | block(s.body, head, inner), inner)
+                if grown == head:
+                    return head
+                head = grown
+        return live | reads(s, env)
+
+    # The body repeats for every launch index of a chunk: what it reads first is live at its end.
+    live_end: set[Element] = set()
+    while True:
+        needed.clear()
+        entry = block(code, live_end, {})
+        if entry <= live_end:
+            break
+        live_end |= entry
+
+    def sweep(stmts: list[Stmt]) -> list[Stmt]:
+        return [
+            map_blocks(s, sweep)
+            for s in stmts
+            if not (isinstance(s, (Store, Fill)) and s.array in shapes and id(s) not in needed)
+        ]
+
+    return sweep(code)
+
+
+_INDEX_OPS: dict[str, Callable[..., int | None]] = {
+    "add": lambda a, b: a + b,
+    "sub": lambda a, b: a - b,
+    "mul": lambda a, b: a * b,
+    "neg": lambda a: -a,
+    "copy": lambda a: a,
+    "floordiv": lambda a, b: a // b if b else None,
+    "mod": lambda a, b: a % b if b else None,
+    "tripcount": lambda a, b, c: len(range(a, b, c)) if c else None,
+}
+
+
+def _summarized(once: Callable[[set[Element]], set[Element]], after: set[Element]) -> set[Element]:
+    """What is live before a loop run any number of times (``once``: live before one iteration, from what is
+    live after it): the fixed point, which holds ``after`` too (the loop may not run)."""
+    live = set(after)
+    while True:
+        grown = live | once(live)
+        if grown == live:
+            return live
+        live = grown
+
+
+def _copies(stmts: list[Stmt]) -> list[Stmt]:
+    """A copy of every statement, one per place it occurs (``copy.deepcopy`` keeps shared ones shared)."""
+    return [map_blocks(s, _copies) if blocks(s) else copy.copy(s) for s in stmts]
+
+
+def _elems(e: Expr) -> Iterator[Elem]:
+    """Every array element an expression reads, those in indices included."""
+    if isinstance(e, Elem):
+        yield e
+        for a in e.index:
+            yield from _elems(a)
+    elif isinstance(e, Call):
+        for a in e.args:
+            yield from _elems(a)

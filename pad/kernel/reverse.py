@@ -16,7 +16,9 @@ The scheme (Tapenade's, with recomputation of loop bodies):
 - Branch decisions and loop bounds are ordinary variables, saved by the same rule when overwritten.
 Then the adjoint is tidied: additions of adjoints known to be zero go, what follows a branch and does
 nothing where it is skipped (a zero adjoint's scatter past a cut-off) moves into it, and adjacent branches on
-one condition merge. Dead code (forward values the reverse does not need) is removed last.
+one condition merge. Dead code (forward values the reverse does not need) is removed last, stores into local
+arrays included: element by element where indices are known at compile time (``optimize.dead_local_stores``),
+which drops a recomputed loop's replay of values its reverse never reads.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from __future__ import annotations
 import copy
 import functools
 from dataclasses import dataclass, field
+
+import numpy as np
 
 from pad.kernel.analysis import (
     FLOATS,
@@ -70,6 +74,7 @@ from pad.kernel.ir import (
     walk,
 )
 from pad.kernel.names import ADJOINT, UNORDERED, adj, private
+from pad.kernel.optimize import dead_local_stores
 from pad.kernel.rules import RULES
 
 
@@ -153,7 +158,19 @@ class Reverse:
             code = _drop_stores(fwd + rev, droppable)
         # Every adjoint scalar starts a launch index at zero.
         zeros = {n for x in walk(code) for n in _names(x) | assigned([x]) if n.startswith(ADJOINT)}
-        code, _ = liveness(_merge_ifs(_fold_zero_adds(code, zeros)[0]), live_out, prune=True)
+        shapes = {x.target: x.shape for x in walk(self.body) if isinstance(x, LocalArray)}
+        shadows = {adj(a): shape for a, shape in shapes.items() if a in self.act.arrays}
+        zeros |= {_element_name(a, at) for a, shape in shadows.items() for at in np.ndindex(*shape)}
+        code, _ = liveness(
+            _merge_ifs(_fold_zero_adds(code, zeros, frozenset(shadows))[0]), live_out, prune=True
+        )
+        # Stores into local arrays that nothing reads again go, then what only they read, until none is left.
+        shapes |= shadows
+        while True:
+            smaller, _ = liveness(dead_local_stores(code, shapes), live_out, prune=True)
+            if _count(smaller) == _count(code):
+                break
+            code = smaller
         return _drop_idle_saves(code)
 
     # -- regions ---------------------------------------------------------------------------------------
@@ -623,14 +640,19 @@ def _drop_idle_saves(stmts: list[Stmt]) -> list[Stmt]:
     return out
 
 
-def _fold_zero_adds(stmts: list[Stmt], zeros: set[str]) -> tuple[list[Stmt], set[str]]:
+def _fold_zero_adds(
+    stmts: list[Stmt], zeros: set[str], local: frozenset[str] = frozenset()
+) -> tuple[list[Stmt], set[str]]:
     """``stmts`` without the additions of adjoints known to be zero (``_b_x = 0; _b_x = _b_x + g * p`` becomes
     ``_b_x = g * p``; ``shadow[i] += _b_x`` goes while ``_b_x`` is zero), and the names zero after them.
 
     The compilers keep ``0.0 + v``: it differs from ``v`` when ``v`` is -0.0, which no adjoint minds, and
     numba's CUDA target passes no fast-math flag that would let them drop it (a large share of an adjoint's
     instructions: docs/benchmarks.md, "In the code"). Only zeros that the reverse sweep assigns (typed
-    literals, or an adjoint's zero at the start of a launch index) are followed, never the primal's.
+    literals, copies and negations of them, or an adjoint's zero at the start of a launch index) are
+    followed, never the primal's. So are the elements, at literal indices, of the ``local`` shadows (local
+    arrays' adjoints, zero where a launch index starts): a read of a zero one is a zero, and an addition
+    into one a store.
     """
     known = set(zeros)
     out: list[Stmt] = []
@@ -638,27 +660,68 @@ def _fold_zero_adds(stmts: list[Stmt], zeros: set[str]) -> tuple[list[Stmt], set
     while rest:
         s = rest.pop(0)
         if isinstance(s, Assign):
-            value = _without_zero(s.value, known)
+            value = _without_zero(_zero_elements(s.value, known), known)
             known.discard(s.target)
-            if _is_zero(value, set()):
+            if _is_zero(value, set()) or _copies_zero(value, known):
                 known.add(s.target)
             s = Assign(s.target, value, line=s.line)
-        elif isinstance(s, Store) and s.accumulate and isinstance(s.value, Name) and s.value.id in known:
-            continue
+        elif isinstance(s, Store):
+            value = _zero_elements(s.value, known)
+            if s.accumulate and _copies_zero(value, known):
+                continue
+            adds = s.accumulate
+            if s.array in local:
+                element = _element(Elem(s.array, s.index))
+                if element is None:  # an index known when the kernel runs: any element may change
+                    known -= {e for e in known if e.startswith(s.array + "[")}
+                else:
+                    adds = adds and element not in known  # an addition into a zero is a store
+                    known.discard(element)
+                    if not adds and _is_zero(value, set()):
+                        known.add(element)
+            s = Store(s.array, s.index, value, adds, line=s.line)
         elif isinstance(s, If):
-            orelse, after_orelse = _fold_zero_adds(s.orelse, known)
+            orelse, after_orelse = _fold_zero_adds(s.orelse, known, local)
             tail, zeroed = _idle_tail(rest, after_orelse)
             if tail:  # what follows does nothing where the branch is skipped: it moves into the branch
                 del rest[: len(tail)]
                 skipped = s.orelse + [Assign(t, Lit(0.0, typed=True), line=s.line) for t in zeroed]
-                orelse, after_orelse = _fold_zero_adds(skipped, known)
-            body, after_body = _fold_zero_adds(s.body + tail, known)
+                orelse, after_orelse = _fold_zero_adds(skipped, known, local)
+            body, after_body = _fold_zero_adds(s.body + tail, known, local)
             s, known = If(s.cond, body, orelse, line=s.line), after_body & after_orelse
         else:  # in a loop, what an iteration assigns is not zero when the next one starts
             known -= assigned([s])
-            s = map_blocks(s, functools.partial(_fold_zero_adds_in, zeros=frozenset(known)))
+            stored = stored_arrays([s]) & local
+            known -= {e for e in known if e.split("[")[0] in stored}
+            s = map_blocks(s, functools.partial(_fold_zero_adds_in, zeros=frozenset(known), local=local))
         out.append(s)
     return out, known
+
+
+def _element(e: Elem) -> str | None:
+    """``array[i, j]``'s name among ``_fold_zero_adds``' zeros where the indices are literals, else None."""
+    index = [x.value for x in e.index if isinstance(x, Lit) and type(x.value) is int and x.value >= 0]
+    return _element_name(e.array, tuple(index)) if len(index) == len(e.index) else None
+
+
+def _element_name(array: str, at: tuple[int, ...]) -> str:
+    return f"{array}{list(at)}"
+
+
+def _zero_elements(e: Expr, zeros: set[str]) -> Expr:
+    """``e`` with its reads of elements in ``zeros`` replaced by zeros."""
+    if isinstance(e, Elem):
+        return Lit(0.0, typed=True) if _element(e) in zeros else e
+    if isinstance(e, Call):
+        return Call(e.op, tuple(_zero_elements(a, zeros) for a in e.args))
+    return e
+
+
+def _copies_zero(e: Expr, zeros: set[str]) -> bool:
+    """Whether ``e`` is a name in ``zeros``, a typed zero literal, or a negation of one."""
+    if isinstance(e, Call) and e.op == "neg":
+        return _copies_zero(e.args[0], zeros)
+    return (isinstance(e, Name) and e.id in zeros) or _is_zero(e, set())
 
 
 def _idle_tail(stmts: list[Stmt], zeros: set[str]) -> tuple[list[Stmt], list[str]]:
@@ -723,8 +786,8 @@ def _merge_ifs(stmts: list[Stmt]) -> list[Stmt]:
     return out
 
 
-def _fold_zero_adds_in(block: list[Stmt], zeros: frozenset[str]) -> list[Stmt]:
-    return _fold_zero_adds(block, set(zeros))[0]
+def _fold_zero_adds_in(block: list[Stmt], zeros: frozenset[str], local: frozenset[str]) -> list[Stmt]:
+    return _fold_zero_adds(block, set(zeros), local)[0]
 
 
 def _without_zero(e: Expr, zeros: set[str]) -> Expr:
@@ -794,6 +857,10 @@ def _stores_to_save(body: list[Stmt], recompute: set[int], undo: set[str]) -> se
 
 def _loop_code(s: For | While) -> list[Stmt]:
     return [*s.body, *(s.test if isinstance(s, While) else [])]
+
+
+def _count(stmts: list[Stmt]) -> int:
+    return sum(1 for _ in walk(stmts))
 
 
 def _names(s: Stmt) -> set[str]:

@@ -714,6 +714,66 @@ def _local_inplace():
     return prog, lambda rng, dt: (dup(arr(rng, 6, dt)), dup(arr(rng, 6, dt)))
 
 
+@pad.kernel
+def k_local_dead_stores(i, n, x, y):
+    w = pad.local_array(6)
+    v = pad.local_array((4, 2))
+    c = pad.local_array(3)
+    for k in range(6):
+        w[k] = x[i] * (k + 1)
+    w[4] = math.sin(w[2]) * w[4]  # reads the element it overwrites
+    w[5] = w[1] * w[1]  # the loop's w[5] is never read
+    if x[i] > 1.0:
+        w[0] = 2.0 * w[1]  # only on some paths: the loop's w[0] stays live
+    c[0] = w[1] * w[2]
+    c[1] = w[3] - w[0]
+    c[2] = w[4] * w[5]  # never read
+    w[1] = c[0] * c[1]
+    for m in range(2):
+        for k in range(4):
+            v[k, m] = w[k + m] * w[5]
+    s = 0.0
+    for k in range(n):  # a bound known only when launched: every element of v may be read
+        s += v[k % 4, k % 2] * w[4]
+    y[i] = s + w[0] * w[3] + v[3, 1] + w[1]
+
+
+@case("local array stores, some dead, read at known and unknown indices")
+def _local_dead_stores():
+    def prog(x, y):
+        pad.launch(k_local_dead_stores, x.shape[0], 5, x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 6, dt, 0.6, 1.4)), dup(arr(rng, 6, dt)))
+
+
+@pad.kernel
+def k_dead_replay(i, x, y):
+    g = pad.local_array((3, 2))
+    h = pad.local_array(3)
+    for m in range(2):
+        s = 0.0
+        for k in range(3):
+            s += x[i] * (k + m + 1)
+        for k in range(3):
+            g[k, m] = math.cos(s * k)  # read by the forward sweep only: dead where the reverse replays it
+    for k in range(3):
+        h[k] = g[k, 0] * g[k, 1]
+    for k in range(1, 3):
+        h[k] = h[k] + 0.5 * h[k - 1]  # reads what the previous iteration stored
+    t = 0.0
+    for k in range(3):
+        t += h[k] * h[k]
+    y[i] = t
+
+
+@case("recomputed loop rebuilding a local array the reverse sweep never reads")
+def _dead_replay():
+    def prog(x, y):
+        pad.launch(k_dead_replay, x.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 5, dt)), dup(arr(rng, 5, dt)))
+
+
 # -------------------------------------------------------------------------------------- app-shaped
 @pad.kernel
 def k_hex_forces(i, nodelist, x, y, z, p, fx, fy, fz):
