@@ -14,6 +14,7 @@ import pytest
 from apps.lulesh import __main__ as cli
 from pad import checkpoint
 from pad.checkpoint import engine
+from tests.time_limits import PassesAfter
 
 BASE = ["-s", "3", "--mode", "sensitivity", "--threads", "1", "-q"]
 
@@ -49,17 +50,6 @@ def test_a_small_budget_recomputes_within_it_and_gives_the_same_bits(tmp_path, r
     assert r["optimal_recomputed_steps"] <= r["recomputed_steps"] <= r["optimal_recomputed_steps"] + 2
 
 
-class _Clock:
-    """``Resumable.clock``: the time limit passes at its ``after``-th reading."""
-
-    def __init__(self, after):
-        self.calls, self.after = 0, after
-
-    def __call__(self):
-        self.calls += 1
-        return 1e9 if self.calls > self.after else 0.0
-
-
 @pytest.mark.parametrize("after,where", [(5, "forward"), (40, "reverse")])
 def test_a_time_limit_stops_with_75_and_resume_finishes_with_the_same_bits(
     tmp_path, reference, monkeypatch, capsys, after, where
@@ -67,7 +57,7 @@ def test_a_time_limit_stops_with_75_and_resume_finishes_with_the_same_bits(
     want, coords = reference
     folder = tmp_path / "ckpt"
     budget = str(3 * want["state_bytes"] + 2 * want["record_bytes"])
-    monkeypatch.setattr(checkpoint.Resumable, "clock", _Clock(after))
+    monkeypatch.setattr(checkpoint.Resumable, "clock", PassesAfter(after))
     status, _, _ = _run(
         tmp_path, "a", "--memory", budget, "--checkpoint-dir", str(folder), "--time-limit", "5"
     )
@@ -108,7 +98,7 @@ def test_sigterm_stops_with_75_and_resume_finishes_with_the_same_bits(
 
 def test_resume_of_another_problem_is_refused_and_the_save_kept(tmp_path, monkeypatch, capsys):
     folder = tmp_path / "ckpt"
-    monkeypatch.setattr(checkpoint.Resumable, "clock", _Clock(3))
+    monkeypatch.setattr(checkpoint.Resumable, "clock", PassesAfter(3))
     assert _run(tmp_path, "a", "--checkpoint-dir", str(folder), "--time-limit", "5")[0] == 75
     monkeypatch.undo()
     before = sorted(p.name for p in folder.rglob("*"))

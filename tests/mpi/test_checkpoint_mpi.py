@@ -16,6 +16,7 @@ import pad
 import pad.mpi
 from pad import checkpoint, tape
 from pad.checkpoint import resume as saves
+from tests.time_limits import PassesAfter
 
 M = 6  # interior cells per rank; u[0] and u[M + 1] are ghosts
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(120)]
@@ -253,7 +254,7 @@ def _stop(comm, folder, **how):
     clock_after = how.pop("clock_after", None)
     with checkpoint.Resumable(folder, comm=comm, **how) as r:
         if clock_after is not None and comm.rank == comm.size - 1:
-            r.clock = _Clock(clock_after)
+            r.clock = PassesAfter(clock_after)
         try:
             _budget_grad(comm, 20, resumable=r, signal_at=signal_at, **BUDGET)
         except checkpoint.Stopped as stop:
@@ -264,17 +265,6 @@ def _stop(comm, folder, **how):
 def _resume(comm, folder, **how):
     with checkpoint.Resumable(folder, comm=comm, resume=True, **how) as r:
         return _budget_grad(comm, 20, resumable=r, **BUDGET)
-
-
-class _Clock:
-    """``Resumable.clock``: past the time limit from its ``after``-th reading on."""
-
-    def __init__(self, after):
-        self.calls, self.after = 0, after
-
-    def __call__(self):
-        self.calls += 1
-        return 1e9 if self.calls > self.after else 0.0
 
 
 def _agreed_where(comm, where):
