@@ -120,8 +120,6 @@ class Variant:
     race: str = ""
     # PAD_DEBUG: the checked accesses, (source line, array) per site of ``checks.out_of_range``; else None
     sites: list[tuple[Line | None, str]] | None = None
-    # CPU: the launcher's chunk of work (a numba dispatcher), which a launch on one thread calls alone
-    serial: Any = None
 
 
 def cache_dir() -> Path:
@@ -205,8 +203,6 @@ def build(
         _cuda(k, t, variant, origin, fastmath, checked)
     module = _load(name, variant.source)
     variant.launcher = getattr(module, name)
-    if target == "cpu":
-        variant.serial = getattr(module, f"{name}_chunk")
     if inspecting is not None and variant.privates:
         variant.inspector, text = inspecting
         inspect = f"{name}_inspect"

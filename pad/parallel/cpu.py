@@ -87,7 +87,6 @@ def run(
     if not (variant.privates or variant.halo or nact):
         chunks = max(1, min(threads, n))
         call = [*ordered(head("cpu"), _n=n, _nchunks=chunks), *args, *extras]
-        serial = [0]  # the chunk's index
     else:
         plan = plans.plan(variant, n, tuple(args))
         bases = [args[p] if kind == "primal" else shadows[p] for kind, p in variant.privates]  # type: ignore[index]
@@ -102,12 +101,11 @@ def run(
         values = {"_slots": slots, "_order": plan.order, "_segs": plan.segs, "_colours": plan.colours}
         call = [*ordered(head("cpu", planned=True), _n=n, _nchunks=chunks, **values), *args, *extras]
         call += [*buffers, *([outputs] if nact else [])]
-        serial = [0, 0, len(plan.colours) - 1]  # the chunk's index, its first colour, the one after its last
-    # One chunk: the chunk alone, without the parallel launcher (which then need not be compiled)
-    launcher, call = (variant.serial, serial + call) if chunks == 1 else (variant.launcher, call)
-    if compiler.note(launcher, call):  # compiled ahead (pad.precompile), not run
+    # One chunk too goes through the parallel launcher: the chunk linked into it is optimized again there,
+    # and under fastmath it may round otherwise than alone, so 1 thread would not give N threads' results.
+    if compiler.note(variant.launcher, call):  # compiled ahead (pad.precompile), not run
         return outputs.sum(axis=0) if nact else _NO_SUMS
-    launcher(*call)
+    variant.launcher(*call)
     for base, buffer in zip(bases, buffers, strict=True):
         if buffer.shape[0]:
             _reduce(base, buffer)
