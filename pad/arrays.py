@@ -292,12 +292,29 @@ def _one_copy(dst: Any, values: Any) -> bool:
     )
 
 
+def _same_block(dst: Any, values: Any) -> bool:
+    """Whether ``dst`` and ``values`` are blocks of memory of one size and layout (a byte-for-byte copy)."""
+    return (
+        dst.shape == values.shape
+        and dst.dtype == values.dtype
+        and c_contiguous(dst)
+        and c_contiguous(values)
+        and dst.device == values.device
+    )
+
+
 def assign(dst: Any, values: Any) -> None:
     """``dst[...] = values`` for any library (``values``: an array of ``dst``'s library or a host array).
 
     A whole contiguous array copied between host and device memory is one transfer, done when this returns
     (the host array may be reused at once)."""
-    if is_cupy(dst) and _one_copy(dst, values):
+    if is_cupy(dst) and is_cupy(values) and _same_block(dst, values):
+        import cupy
+
+        runtime = cupy.cuda.runtime  # one copy of memory: no elementwise kernel to launch
+        stream = cupy.cuda.get_current_stream().ptr
+        runtime.memcpyAsync(dst.data.ptr, values.data.ptr, dst.nbytes, runtime.memcpyDeviceToDevice, stream)
+    elif is_cupy(dst) and _one_copy(dst, values):
         dst.set(values)
         synchronize(dst)
     elif isinstance(dst, np.ndarray) and is_device(values) and _one_copy(dst, values):
