@@ -209,6 +209,8 @@ class Context:
         # zero shadows made, and changes to the kept values not yet copied.
         self.zeroed = 0
         self.live_version = 0
+        # memory (``arrays.extent``) found to hold no kept value, valid while ``live_version`` is unchanged
+        self._unaliased: tuple[int, set[tuple]] = (0, set())
 
     # -- shadows -------------------------------------------------------------------------------------
     def bind(self, x: Any, dx: Any) -> None:
@@ -515,6 +517,11 @@ class Context:
             for a in targets:
                 if not self._live:
                     return
+                span = arrays.extent(a)
+                if self._unaliased[0] != self.live_version:
+                    self._unaliased = (self.live_version, set())
+                if span in self._unaliased[1]:
+                    continue  # no kept value lies there, and none was kept since that was found
                 owner = arrays.owner(a)
                 groups = self._live_by_owner
                 for group in (
@@ -522,7 +529,6 @@ class Context:
                 ):
                     if not group:
                         continue
-                    span = arrays.extent(a)
                     for k, kept in list(group.items()):
                         if arrays.overlap(kept.extent, span):
                             kept.array = self._copy(kept.array)
@@ -530,6 +536,9 @@ class Context:
                             self._count_kept(kept.array, kept.account)
                             del self._live[k], group[k]
                             self.live_version += 1
+                if self._unaliased[0] != self.live_version:
+                    self._unaliased = (self.live_version, set())
+                self._unaliased[1].add(span)
 
     def live_kept(self) -> set[int]:
         """Identities of the kept values not yet copied (a later write to their arrays copies them)."""
