@@ -23,11 +23,15 @@ at a step boundary once its time limit passes or SIGTERM comes; ``Resumable(dire
 continues it to the same gradient, bit for bit (``resume``).
 
 ``replay=phase`` promises that the step's pad operations depend on nothing but its arguments and ``phase(t)``
-(``replay=lambda t: t == 0`` for a step whose first call differs): the adjoint steps of a schedule (a step
-recorded and reversed at once, as Revolve and Mixed end each gap) are then replayed from a record of an
-earlier adjoint step of the same phase (``pad.graph``'s records; on a GPU one CUDA graph), without the tape's
-Python. A replay skips the step's Python between pad operations, which the forward sweep has run; a step
-whose work cannot be replayed (communication over several ranks, tasks) runs as it is.
+(``replay=lambda t: t == 0`` for a step whose first call differs), and that the loop needs nothing of its
+Python between them (count steps in the condition, which runs before every step of the forward sweep, or
+on the device): unrecorded steps and adjoint steps (a step recorded and reversed at once, as Revolve and
+Mixed end each gap) are then replayed from a record of an earlier one of the same kind and phase
+(``pad.graph``'s records; on a GPU one CUDA graph), without the step's and the tape's Python. A step whose
+work cannot be replayed (communication over several ranks, tasks) runs as it is. On a GPU, where a replay
+costs microseconds and a recorded step the tape's Python per operation, a memory budget then keeps
+snapshots, not records: each step is recomputed once from its own snapshot where they all fit (the
+snapshots are whole copies, made safe before the step, since a replay runs without the write observer).
 
 ``segment`` keeps only its inputs (copied only if something later overwrites them) and recomputes ``fn`` in
 the reverse pass. Outside ``autodiff`` all three are plain calls; in ``fwddiff`` they carry tangents.
@@ -164,8 +168,8 @@ def _start(
             return None, int(m["step"]), True
         t = int(m["step"])
         if m["recording"]:
-            fresh = lp.start_recording(t)
-            return None, lp.forward(more, t, fresh), False
+            lp.start_recording(t)
+            return None, lp.forward(more, t), False
         slots = (m["dynamic"] or {}).get("slots") or opts.snapshots
         lp.start_dynamic(t, slots)
         levels = _resume.dynamic_levels(m)
@@ -187,18 +191,18 @@ def _start(
         lp.dynamic.start(0)
         if r is not None:
             lp.protected.add(0)
-        return None, lp.forward(more, 0, fresh=True), False
-    fresh = lp.start_recording(0)
+        return None, lp.forward(more, 0), False
+    lp.start_recording(0)
     if opts.memory is None or (nsteps is None and expected is None):
-        return None, lp.forward(more, 0, fresh), False
+        return None, lp.forward(more, 0), False
     if nsteps is not None:
-        return _probe(lp, more, nsteps, fresh, online=False)
+        return _probe(lp, more, nsteps, online=False)
     assert expected is not None
-    return _probe(lp, more, expected, fresh, online=True)
+    return _probe(lp, more, expected, online=True)
 
 
 def _probe(
-    lp: Loop, more: Callable[[int], bool], nsteps: int, fresh: bool, online: bool
+    lp: Loop, more: Callable[[int], bool], nsteps: int, online: bool
 ) -> tuple[Sweep | None, int, bool]:
     """A loop of ``nsteps`` steps in a memory budget: record steps from a snapshot of the start while every
     step's records would fit; once they would not and a step has found no new state (less than 1% more:
@@ -214,14 +218,14 @@ def _probe(
     while t < nsteps and lp.recording and not ended:
         known = lp.store.state_bytes()
         step = t
-        t = lp.forward(functools.partial(_only, step, more), t, fresh)
-        fresh, ended = False, t == step
+        t = lp.forward(functools.partial(_only, step, more), t)
+        ended = t == step
         if not lp.recording:  # the records outgrew the budget: placing snapshots online now
             break
         if ended or t == nsteps:
             continue
         held, grew = lp.agreed(lp.held(), int(lp.store.state_bytes() > known * 1.01))
-        if (nsteps - t) * lp.sizes.record + held <= budget:
+        if (nsteps - t) * lp.sizes.record + held <= budget and lp.keeps_records():
             continue
         if not grew:  # no new state worth the name (on any rank): the sizes are known
             plan = _plan_rest(lp, nsteps - t)
@@ -243,7 +247,7 @@ def _probe(
                 lp.stats.nsteps = nsteps
                 return sweep, t, False
             lp.start_dynamic(nsteps)  # more steps than expected: on online from here
-            return None, lp.forward(more, nsteps), False
+            return None, lp.forward(more, nsteps, asked=True), False
     if ended:
         return None, t, False
     return None, lp.forward(more, t), False
@@ -264,16 +268,16 @@ def _plan_rest(lp: Loop, n: int) -> tuple[Choice, int] | None:
     whole = lp.sizes.snapshot = max(lp.sizes.snapshot, state)
     sizes = Sizes(whole, lp.sizes.record, lp.sizes.final)
     t, disk = len(lp.records), lp.disk_slots()
-    records = held - unrecorded
+    recorded, records = held - unrecorded, lp.keeps_records()
     budget = lp.opts.memory - sizes.final
-    keep = choose(n, budget - held, sizes, disk)
+    keep = choose(n, budget - held, sizes, disk, records)
     if keep is not None and keep.name == "keep-all":
         return None
     options = [(keep.steps, keep, t, "keep")] if keep is not None else []
-    drop = choose(n, budget - held + records, sizes, disk)
+    drop = choose(n, budget - held + recorded, sizes, disk, records)
     if drop is not None:
         options.append((drop.steps + t, drop, t, "drop"))
-    again = choose(n + t, budget - held + records + whole, sizes, disk)
+    again = choose(n + t, budget - held + recorded + whole, sizes, disk, records)
     if again is not None:
         options.append((again.steps + t, again, 0, "again"))
     if not options:
@@ -401,16 +405,17 @@ def optimal_recomputations(nsteps: int, snapshots: int) -> int:
 def best_offline(nsteps: int, memory: int | str, stats: Stats) -> tuple[str, int] | None:
     """The schedule an offline ``loop`` of ``nsteps`` steps would pick in ``memory``, and its step calls
     beyond the first sweep, for a loop whose measured sizes ``stats`` gives (the best of keep-all, Revolve
-    and Mixed there: what ``while_loop``'s online schedule is compared with); None where none fits (an
+    and Mixed there, or of Revolve alone where the loop kept no records: what ``while_loop``'s online
+    schedule is compared with); None where none fits (an
     online run can still finish there: it sized its budget by the state of its first steps, which a
     loop's state may outgrow)."""
     budget = parse_size(memory)
     sizes = Sizes(stats.snapshot_bytes, stats.record_bytes, stats.state_bytes)
     if nsteps < 1:
         return "keep-all", 0
-    if nsteps * sizes.record + sizes.snapshot <= budget:
+    if stats.records and nsteps * sizes.record + sizes.snapshot <= budget:
         return "keep-all", 0
-    choice = choose(nsteps, budget - sizes.final, sizes)
+    choice = choose(nsteps, budget - sizes.final, sizes, records=stats.records)
     return None if choice is None else (choice.name, choice.recomputed)
 
 

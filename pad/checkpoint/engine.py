@@ -64,6 +64,8 @@ class Stats:
     sessions: int = 1  # runs it took: 1 + the times it was stopped and resumed
     schedules: dict[str, int] = field(default_factory=dict)  # steps reversed under each schedule
     replayed: int = 0  # adjoint steps replayed from a record (``replay``)
+    replayed_forward: int = 0  # unrecorded steps replayed from a record (``replay``)
+    records: bool = True  # whether steps' records were kept (False: replayed on a GPU, snapshots only)
 
     @property
     def recomputed(self) -> int:
@@ -149,7 +151,8 @@ class Loop:
         self.comm = opts.comm if opts.comm is not None else getattr(opts.resumable, "comm", None)
         self._comm_given = self.comm is not None
         self.switched = False
-        self.replays: dict[Any, _Replay | None] = {}  # by phase: a record to replay, or None (it cannot be)
+        self.replays: dict[Any, _Replay | None] = {}  # by kind and phase: a record to replay, or None
+        self._device_state: bool | None = None  # whether the state is in GPU memory (known once written)
         # the snapshot files: removed at the end of the reverse pass, after an error, or when forgotten
         self._remove = weakref.finalize(self, shutil.rmtree, "", True)
         self._remove.detach()
@@ -184,8 +187,15 @@ class Loop:
             raise
 
     # -- steps -----------------------------------------------------------------------------------------
-    def advance(self, t: int, record: bool, fresh: bool = False) -> None:
-        """Run step ``t``, recorded (kept in ``records[t]``) or not. ``fresh``: a snapshot was just taken."""
+    def advance(self, t: int, record: bool) -> None:
+        """Run step ``t``, recorded (kept in ``records[t]``) or not; with ``replay``, an unrecorded step is
+        replayed from a record of an earlier one of its phase where it can be (``_replayed``)."""
+        if record or self.opts.replay is None:
+            self._run_step(t, record)
+        else:
+            self._replayed("forward", t, lambda: self._run_step(t, record=False), progress=1)
+
+    def _run_step(self, t: int, record: bool) -> None:
         self.stats.steps += 1
         store = self.store
         store.begin_step()
@@ -207,28 +217,41 @@ class Loop:
         self.track()
 
     def adjoint_step(self, t: int) -> None:
-        """Step ``t`` run recorded and reversed at once, as Revolve's and Mixed's schedules end a gap.
+        """Step ``t`` run recorded and reversed at once, as Revolve's and Mixed's schedules end a gap."""
 
-        With ``replay``, the device work of the first such step of a phase that does nothing but its own work
-        (no snapshot waiting on its writes, no shadow made, no state array found, no earlier step's kept
-        value copied) is recorded, and later adjoint steps of that phase replay it (on a GPU as one CUDA
-        graph) without the tape's Python, while no kept value lies in memory it writes.
+        def run() -> None:
+            self.advance(t, record=True)
+            self.reverse_step(t)
+
+        if self.opts.replay is None:
+            run()
+        else:
+            self._replayed("adjoint", t, run, progress=2)
+
+    def _replayed(self, kind: str, t: int, run: Callable[[], None], progress: int) -> None:
+        """Run step ``t`` (``run``: an unrecorded ``forward`` step, or an ``adjoint`` one) or replay it.
+
+        The device work of the first such step of a phase that does nothing but its own work (no snapshot
+        waiting on its writes, no shadow made, no state array found, no earlier step's kept value copied)
+        is recorded, and later steps of that kind and phase replay it (on a GPU as one CUDA graph) without
+        the step's and the tape's Python, while no kept value lies in memory it writes.
         """
-        phase = self.opts.replay
-        key = None if phase is None else phase(t)
+        key = (kind, self.opts.replay(t))  # type: ignore[misc]
         done = self.replays.get(key)
         if done is not None and self.store.quiet() and self._free_of_kept(done):
             self.stats.steps += 1
-            self.stats.replayed += 1
+            if kind == "adjoint":
+                self.stats.replayed += 1
+            else:
+                self.stats.replayed_forward += 1
             self.store.begin_step()
             done.work.replay()
             self.store.end_step()
-            self.progress += 2
+            self.progress += progress
             self.track()
             return
-        if phase is None or key in self.replays or not self.store.quiet():
-            self.advance(t, record=True)
-            self.reverse_step(t)
+        if key in self.replays or not self.store.quiet():
+            run()
             return
         ctx, store = self.ctx, self.store
         zeroed, joined, live = ctx.zeroed, store.joined, ctx.live_kept()
@@ -240,8 +263,7 @@ class Loop:
                 written.setdefault(id(r), arrays.extent(r))
 
         with work.making(), ctx.before_writes(note):
-            self.advance(t, record=True)
-            self.reverse_step(t)
+            run()
         clean = ctx.zeroed == zeroed and store.joined == joined and live <= ctx.live_kept()
         if work.why is None and clean:
             self.replays[key] = _Replay(work, list(written.values()))
@@ -288,8 +310,26 @@ class Loop:
         self.track()
 
     def take(self, n: int, disk: bool = False) -> None:
-        self.store.take(n, disk=disk)
+        """Snapshot ``n``. Where steps are replayed from records (``keeps_records`` says no), the copy is
+        whole and made safe at once, so that the next step may be replayed too (a replay runs without the
+        write observer that would settle what the copy leaves out)."""
+        replayed = not self.keeps_records()
+        self.store.take(n, disk=disk, step_follows=not replayed)
+        if replayed:
+            self.store.settle()
         self.track()
+
+    def keeps_records(self) -> bool:
+        """Whether steps' records are worth keeping rather than recomputing the steps from snapshots: not
+        where steps are replayed on a GPU (``replay``, the state in device memory): a recorded step and its
+        reverse run the tape's Python per operation, a replayed one a CUDA graph. Known once a step has
+        written the state (``Stats.records``)."""
+        if self._device_state is None and self.opts.replay is not None:
+            roots = self.store.roots()
+            if roots:
+                self._device_state = any(arrays.is_cupy(r) for r in roots)
+                self.stats.records = not self._device_state
+        return self.opts.replay is None or not self._device_state
 
     def drop(self, n: int) -> None:
         if n not in self.protected and self.store.holds(n):
@@ -317,7 +357,7 @@ class Loop:
         s.peak_memory = max(s.peak_memory, held)
         s.peak_bytes = max(s.peak_bytes, store.snapshot_bytes())
         s.peak_disk_bytes = max(s.peak_disk_bytes, store.disk_bytes())
-        s.snapshots_peak = max(s.snapshots_peak, len(store.positions()))
+        s.snapshots_peak = max(s.snapshots_peak, store.snapshot_count())
         s.state_bytes = max(s.state_bytes, store.state_bytes())
         self.sizes.final = max(self.sizes.final, s.state_bytes)
         self.sizes.snapshot = max(self.sizes.snapshot, store.largest_snapshot())
@@ -349,7 +389,7 @@ class Loop:
         store = self.store
         used = 0
         if start is not None and store.holds(start) and start not in store.on_disk:
-            used = sum(s.nbytes for s in store.held[start].values())
+            used = store.held[start].nbytes
         return self._room(used)
 
     def _room(self, uncounted: int) -> int:
@@ -375,7 +415,7 @@ class Loop:
         """Snapshots a memory budget holds now, those held included (None: no budget)."""
         if self.opts.memory is None:
             return None
-        held = sum(sum(v.nbytes for v in snap.values()) for n, snap in self.store.held.items() if n >= 0)
+        held = self.store.steps_total()
         return max(1, (self._room(held) - self.sizes.record) // max(self.sizes.snapshot, 1))
 
     def record_fits(self) -> bool:
@@ -403,16 +443,14 @@ class Loop:
             r.save_reverse(self, done)
 
     # -- forward ---------------------------------------------------------------------------------------
-    def start_recording(self, t: int) -> bool:
+    def start_recording(self, t: int) -> None:
         """Record every step from ``t`` on, keeping a snapshot at ``t`` if a fallback or a resumed run may
-        need it (a resumable run keeps it to the end); whether a snapshot was taken."""
+        need it (a resumable run keeps it to the end)."""
         self.recording = True
         if self.opts.resumable is not None and t == 0:
             self.protected.add(t)
         if (self.opts.memory is not None or self.opts.resumable is not None) and not self.store.holds(t):
             self.take(t)
-            return True
-        return False
 
     def start_dynamic(self, t: int, slots: int | None = None) -> None:
         """From step ``t`` on, unrecorded steps with snapshots placed online (``slots`` of them in all)."""
@@ -430,16 +468,24 @@ class Loop:
             else:
                 dyn.levels[p] = 0
 
-    def forward(self, more: Callable[[int], bool], t: int, fresh: bool = False) -> int:
+    def forward(self, more: Callable[[int], bool], t: int, asked: bool = False) -> int:
         """Run steps from ``t`` while ``more(t)``, recording or placing snapshots; returns the step count.
-        ``fresh``: a snapshot was taken at ``t`` just before."""
-        while more(t):
+        ``asked``: ``more(t)`` said yes already (the condition is asked once a step). Under a memory budget,
+        recording stops once the records would not fit, or after the first step where they are not worth
+        keeping (``keeps_records``)."""
+        while asked or more(t):
+            asked = False
             self.stop_forward(t)
-            if self.recording and self.records and not self.record_fits():
+            budget = self.opts.memory is not None
+            if (
+                self.recording
+                and self.records
+                and budget
+                and not (self.record_fits() and self.keeps_records())
+            ):
                 self.start_dynamic(t)
             if self.recording:
-                self.advance(t, record=True, fresh=fresh)
-                fresh = False
+                self.advance(t, record=True)
                 if len(self.records) == 1 and self.opts.memory is not None:
                     self.check_budget()
             else:
@@ -449,7 +495,7 @@ class Loop:
                     self.drop(d)
                 if take:
                     self.take(t)
-                self.advance(t, record=False, fresh=take)
+                self.advance(t, record=False)
             t += 1
         return t
 
@@ -497,7 +543,7 @@ class Loop:
                 return Choice("revolve", n, 0, 0, slots)
             return Choice("revolve", n, 0, slots)
         free = self.free(start)
-        choice = choose(n, free, self.sizes, self.disk_slots())
+        choice = choose(n, free, self.sizes, self.disk_slots(), records=self.keeps_records())
         return choice if choice is not None else Choice("revolve", n, 0, 1, room=free)
 
 
@@ -636,10 +682,8 @@ class Sweep:
         reverse_part = self._forward_done or self._in_reverse
         if reverse_part:
             self._watch(off + n0)
-        took = False
         if action.write_ics and not (self._held and n0 == 0):
             lp.take(off + n0, disk=disk)
-            took = True
         for t in range(n0, n1):
             if not reverse_part:
                 if self._more is not None and not self._more(off + t):
@@ -651,7 +695,7 @@ class Sweep:
                         raise Outgrown(off + t)
             elif t > n0:
                 self._watch(off + t)
-            lp.advance(off + t, record=action.write_adj_deps, fresh=took and t == n0)
+            lp.advance(off + t, record=action.write_adj_deps)
 
     def _watch(self, live: int | None) -> None:
         """In the reverse part: give the schedule up (``_GivenUp``) if the sizes outgrew its room. ``live``:

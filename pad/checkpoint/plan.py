@@ -103,8 +103,10 @@ def mixed_steps(n: int, units: int) -> int | None:
     return int(mixed.mixed_steps_tabulation(n, units)[n, units, 2])
 
 
-def choose(n: int, free: int, sizes: Sizes, disk_slots: int = 0) -> Choice | None:
+def choose(n: int, free: int, sizes: Sizes, disk_slots: int = 0, records: bool = True) -> Choice | None:
     """The schedule with the fewest step calls for ``n`` steps in ``free`` bytes, or None if none fits.
+    ``records=False``: only schedules that keep no step's records beyond the one reversed at once
+    (Revolve, two-level), for steps recomputed faster than recorded ones are reversed (replays).
 
     ``free`` holds the snapshots and records of these steps, the snapshot of their start included; the
     final state's copy is not in it. Candidates: keep every step's records (they fit); Revolve, whose
@@ -113,7 +115,7 @@ def choose(n: int, free: int, sizes: Sizes, disk_slots: int = 0) -> Choice | Non
     two-level Multistage schedule with those snapshots on disk beside Revolve's in memory.
     """
     a, b = max(sizes.snapshot, 1), max(sizes.record, 1)
-    if n * b + a <= free:
+    if records and n * b + a <= free:
         return Choice("keep-all", n, n, 0, room=free)
     options = []
     slots = (free - b) // a
@@ -123,7 +125,7 @@ def choose(n: int, free: int, sizes: Sizes, disk_slots: int = 0) -> Choice | Non
             total = revolve_steps(n, slots + disk_slots)
             options.append(Choice("two-level", n, total, int(slots), int(min(disk_slots, n)), room=free))
     units = (free - b) // max(a, b)
-    steps = mixed_steps(n, int(min(units, n - 1))) if units >= 1 else None
+    steps = mixed_steps(n, int(min(units, n - 1))) if units >= 1 and records else None
     if steps is not None:
         options.append(Choice("mixed", n, steps, int(min(units, n - 1)), room=free))
     return min(options, key=lambda c: (c.steps, c.disk > 0, c.name != "revolve"), default=None)

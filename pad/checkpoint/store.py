@@ -100,11 +100,21 @@ class _Copy:
 
 def _pack_into(out: Any, flat: Any, hole: Hole | None) -> None:
     if hole is None:
-        out[...] = flat
+        arrays.assign(out, flat)
         return
     lo, hi = hole
-    out[:lo] = flat[:lo]
-    out[lo:] = flat[hi:]
+    arrays.assign(out[:lo], flat[:lo])
+    arrays.assign(out[lo:], flat[hi:])
+
+
+ALIGNMENT = 256
+"""Bytes to which copies sharing one allocation are aligned (CUDA's own allocations are)."""
+
+
+def _aligned(a: Any, hole: Hole | None) -> int:
+    """Bytes a copy of ``a`` less ``hole`` takes in an allocation shared with others."""
+    size = a.size - (0 if hole is None else hole[1] - hole[0])
+    return -(-size * a.itemsize // ALIGNMENT) * ALIGNMENT
 
 
 class Copier:
@@ -118,6 +128,52 @@ class Copier:
         self._stream: Any = None
         self._spare: dict[tuple, list[Any]] = {}  # host buffers of dropped snapshots, reused
         self._lock = threading.Lock()
+        self._depth, self._round = 0, None  # ``starting`` blocks open; their GPU copies' shared event
+        self._arena: Any = None  # device memory reserved for the block's copies, and the bytes used
+        self._used = 0
+
+    @contextlib.contextmanager
+    def starting(self, reserve: int = 0) -> Iterator[None]:
+        """GPU copies started in the block (a snapshot's) wait for the compute stream once, share the event
+        that marks them done and, given ``reserve`` bytes for them, one allocation: a snapshot of many small
+        arrays costs one wait and one allocation, not one per array."""
+        self._depth += 1
+        if self._depth == 1 and reserve:
+            import cupy
+
+            self._arena, self._used = cupy.cuda.alloc(reserve), 0
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                self._arena = None
+                if self._round is not None:
+                    self._round.record(self._stream)
+                    self._round = None
+
+    def _device_empty(self, shape: tuple, dtype: Any) -> Any:
+        """A new device array, from the block's reserved memory while it lasts."""
+        import cupy
+
+        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+        if self._arena is None or self._used + nbytes > self._arena.mem.size:
+            return cupy.empty(shape, dtype)
+        out = cupy.ndarray(shape, dtype, memptr=self._arena + self._used)
+        self._used += -(-nbytes // ALIGNMENT) * ALIGNMENT  # as ``_aligned`` counts it
+        return out
+
+    def _device_round(self) -> Any:
+        """The event of this round's GPU copies (recorded when the round ends), the copy stream made to
+        wait for the compute stream's work so far."""
+        if self._round is None:
+            import cupy
+
+            if self._stream is None:
+                self._stream = cupy.cuda.Stream(non_blocking=True)
+            self._stream.wait_event(cupy.cuda.get_current_stream().record())
+            self._round = cupy.cuda.Event(disable_timing=True)
+        return self._round
 
     def start(self, a: Any, hole: Hole | None) -> _Copy:
         """Start copying ``a`` (a root array) less the flat range ``hole``."""
@@ -130,19 +186,11 @@ class Copier:
             flat = a if hole is None else a.reshape(-1)
             return _Copy(out, future=self._pool.submit(_pack_into, out, flat, hole))
         if arrays.is_cupy(a):
-            import cupy
-
-            compute = cupy.cuda.get_current_stream()
-            if self._stream is None:
-                self._stream = cupy.cuda.Stream(non_blocking=True)
-            ready = cupy.cuda.Event(disable_timing=True)
-            ready.record(compute)
-            self._stream.wait_event(ready)
-            with self._stream:
-                out = cupy.empty(a.shape if hole is None else (size,), a.dtype)
-                _pack_into(out, a if hole is None else a.reshape(-1), hole)
-                done = cupy.cuda.Event(disable_timing=True)
-                done.record(self._stream)
+            with self.starting():
+                done = self._device_round()
+                with self._stream:
+                    out = self._device_empty(a.shape if hole is None else (size,), a.dtype)
+                    _pack_into(out, a if hole is None else a.reshape(-1), hole)
             return _Copy(out, event=done)
         return _Copy(arrays.copy(a))  # numba device arrays: no views for holes (``span`` gives none)
 
@@ -203,6 +251,86 @@ class Saved:
 
 
 # ---------------------------------------------------------------------------------------------- the store
+class _Tally:
+    """Bytes of the distinct copies the snapshots hold (one may be shared by several snapshots), counted as
+    snapshots change rather than summed over them at every step: a loop holding a snapshot of every step
+    would spend time quadratic in its steps on the sums."""
+
+    def __init__(self) -> None:
+        self._holders: dict[int, list] = {}  # id(saved) -> [saved, snapshots holding it, steps' among them]
+        self.memory = self.disk = self.steps = 0  # distinct copies in memory, on disk, held by steps
+        self.step_total = 0  # the sum of the steps' snapshots' sizes (a shared copy counted in each)
+        self.largest = 0  # the largest snapshot of a step held so far
+
+    def holds(self, saved: Saved) -> bool:
+        return id(saved) in self._holders
+
+    def add(self, saved: Saved, step: bool) -> None:
+        entry = self._holders.setdefault(id(saved), [saved, 0, 0])
+        if entry[1] == 0:
+            if saved.path is None:
+                self.memory += saved.nbytes
+            else:
+                self.disk += saved.nbytes
+        if step and entry[2] == 0:
+            self.steps += saved.nbytes
+        entry[1] += 1
+        entry[2] += step
+        self.step_total += saved.nbytes if step else 0
+
+    def remove(self, saved: Saved, step: bool) -> None:
+        entry = self._holders[id(saved)]
+        entry[1] -= 1
+        entry[2] -= step
+        self.step_total -= saved.nbytes if step else 0
+        if step and entry[2] == 0:
+            self.steps -= saved.nbytes
+        if entry[1] == 0:
+            del self._holders[id(saved)]
+            if saved.path is None:
+                self.memory -= saved.nbytes
+            else:
+                self.disk -= saved.nbytes
+
+
+class Snapshot(dict):
+    """The copies of one snapshot by root (``Store.held[n]``), counted in the store's tally as they change.
+    Changed only by item assignment and ``pop``."""
+
+    def __init__(self, tally: _Tally, step: bool) -> None:
+        super().__init__()
+        self._tally, self._step = tally, step
+        self.nbytes = 0
+
+    def __setitem__(self, k: int, saved: Saved) -> None:
+        old = self.get(k)
+        super().__setitem__(k, saved)
+        self._tally.add(saved, self._step)
+        self.nbytes += saved.nbytes
+        if old is not None:
+            self._forget(old)
+        if self._step:
+            self._tally.largest = max(self._tally.largest, self.nbytes)
+
+    def pop(self, k: int, *default: Any) -> Any:  # type: ignore[override]
+        if k not in self:
+            return default[0] if default else super().pop(k)
+        saved = super().pop(k)
+        self._forget(saved)
+        return saved
+
+    def _forget(self, saved: Saved) -> None:
+        self._tally.remove(saved, self._step)
+        self.nbytes -= saved.nbytes
+
+    def release(self) -> list[Saved]:
+        """Let every copy go from the tally (the snapshot is dropped); returns them."""
+        copies = list(self.values())
+        for saved in copies:
+            self._forget(saved)
+        return copies
+
+
 class Store:
     """The snapshots of one loop: the state arrays found so far and, per step, a copy of each.
 
@@ -219,7 +347,8 @@ class Store:
         self._ctx = ctx
         self._folder = folder  # gives the folder for snapshots on disk (made on first use)
         self._roots: dict[int, weakref.ref] = {}
-        self.held: dict[int, dict[int, Saved]] = {}
+        self.held: dict[int, Snapshot] = {}
+        self._tally = _Tally()
         self.on_disk: set[int] = set()
         self._dead: list[int] = []  # roots that died since the last purge
         self._copier = Copier(spares)
@@ -307,25 +436,39 @@ class Store:
             copy.before_write()
 
     # -- taking, restoring ---------------------------------------------------------------------------
+    def _snapshot(self, n: int) -> Snapshot:
+        """A new, empty snapshot ``n`` (the final state's copy: -1), held."""
+        snap = self.held[n] = Snapshot(self._tally, step=n >= 0)
+        return snap
+
     def take(self, n: int, disk: bool = False, step_follows: bool = True) -> None:
         """Start snapshot ``n`` of every state array. ``step_follows``: step ``n`` runs next, inside
         ``begin_step``/``end_step``, and the copies may leave out what it overwrites unread."""
         with self._lock:
             self._purge()
-            snap: dict[int, Saved] = {}
-            for k, ref in list(self._roots.items()):
-                r = ref()
-                if r is None:
-                    continue
-                hole = self._predicted.get(k) if step_follows else None
-                snap[k] = self._start(r, hole, disk)
-                if hole is not None:
-                    self._unsettled.add(k)
-            self.held[n] = snap
+            roots = [(k, r) for k, ref in list(self._roots.items()) if (r := ref()) is not None]
+            holes = {k: self._predicted.get(k) if step_follows else None for k, _ in roots}
+            # copies to disk are waited for one by one (``_to_disk``): only those in memory share a round
+            reserve = 0 if disk else sum(_aligned(r, holes[k]) for k, r in roots if arrays.is_cupy(r))
+            snap = self._snapshot(n)
+            with contextlib.nullcontext() if disk else self._copier.starting(reserve):
+                for k, r in roots:
+                    snap[k] = self._start(r, holes[k], disk)
+                    if holes[k] is not None:
+                        self._unsettled.add(k)
             if disk:
                 self.on_disk.add(n)
             if step_follows:
                 self._owed = n
+
+    def settle(self) -> None:
+        """Make every copy started so far safe for any write from now on (on a GPU the compute stream waits
+        for the copies; the host does not), so that steps may run without the write observer (replays)."""
+        with self._lock:
+            for copies in self._inflight.values():
+                for copy in copies:
+                    copy.before_write()
+            self._inflight.clear()
 
     def quiet(self) -> bool:
         """Whether the next step's writes need nothing of the write observer: no snapshot waits for the step
@@ -473,7 +616,8 @@ class Store:
     def put(self, n: int, r: Any, data: np.ndarray, hole: Hole | None) -> None:
         """Give snapshot ``n`` the saved ``data`` of state array ``r`` (a resumed run's)."""
         value = data if isinstance(r, np.ndarray) else arrays.like(r, data)
-        self.held.setdefault(n, {})[id(r)] = Saved(_Copy(value), r.shape, r.dtype, hole, int(value.nbytes))
+        snap = self.held[n] if n in self.held else self._snapshot(n)
+        snap[id(r)] = Saved(_Copy(value), r.shape, r.dtype, hole, int(value.nbytes))
 
     def holds(self, n: int) -> bool:
         return n in self.held
@@ -509,13 +653,12 @@ class Store:
                 self._owed = None
                 self._unsettled.clear()
             self.on_disk.discard(n)
-            self._discard(list(self.held.pop(n).values()))
+            self._discard(self.held.pop(n).release())
 
     def _discard(self, saved: list[Saved]) -> None:
         """Free copies no held snapshot shares any more (their files too)."""
-        held = {id(s) for snap in self.held.values() for s in snap.values()}
         for s in saved:
-            if id(s) in held:
+            if self._tally.holds(s):
                 continue
             if s.path is not None:
                 with contextlib.suppress(FileNotFoundError):
@@ -541,39 +684,32 @@ class Store:
 
     def memory_bytes(self) -> int:
         """Bytes the snapshots (the final state's copy included) hold in memory, and spare buffers."""
-        with self._lock:
-            unique = {
-                id(s): s.nbytes
-                for n, snap in self.held.items()
-                if n not in self.on_disk
-                for s in snap.values()
-            }
-        return sum(unique.values()) + self._copier.spare_bytes()
+        return self._tally.memory + self._copier.spare_bytes()
 
     def snapshot_bytes(self) -> int:
         """Bytes of the snapshots of steps (the final state's copy left out), in memory and on disk."""
-        with self._lock:
-            unique = {id(s): s.nbytes for n, snap in self.held.items() if n >= 0 for s in snap.values()}
-        return sum(unique.values())
+        return self._tally.steps
+
+    def steps_total(self) -> int:
+        """The sizes of the snapshots of steps added up (a copy two of them share counted twice)."""
+        return self._tally.step_total
+
+    def snapshot_count(self) -> int:
+        return len(self.held) - (-1 in self.held)
 
     def largest_snapshot(self) -> int:
-        """Bytes of the largest snapshot of a step held now, or of one taken now (what the state arrays
+        """Bytes of the largest snapshot of a step held so far, or of one taken now (what the state arrays
         known so far less what their first touches left unread last time), if larger."""
         with self._lock:
-            sizes = [sum(s.nbytes for s in snap.values()) for n, snap in self.held.items() if n >= 0]
             now = 0
             for k, ref in list(self._roots.items()):
                 r, hole = ref(), self._predicted.get(k)
                 if r is not None:
                     now += r.nbytes - (0 if hole is None else (hole[1] - hole[0]) * r.itemsize)
-        return max([*sizes, now])
+        return max(self._tally.largest, now)
 
     def disk_bytes(self) -> int:
-        with self._lock:
-            unique = {
-                id(s): s.nbytes for n, snap in self.held.items() if n in self.on_disk for s in snap.values()
-            }
-        return sum(unique.values())
+        return self._tally.disk
 
     def close(self) -> None:
         """Wait for the copies in flight and let every snapshot go."""

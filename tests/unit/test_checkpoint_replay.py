@@ -69,3 +69,46 @@ def test_replay_must_be_a_function():
             lambda x: pad.checkpoint.loop(lambda t, x: None, 2, x, snapshots=1, replay=True),
             pad.Dup(x, np.ones(8)),
         )
+
+
+def test_unrecorded_steps_are_replayed_too():
+    """Revolve's recomputations replay unrecorded steps of a phase from a record of one: the same bits."""
+    launched, _ = gradient(None, 3)
+    replayed, stats = gradient(lambda t: t == 0, 3)
+    for a, b in zip(launched, replayed, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert stats.replayed_forward > 20
+
+
+@pytest.mark.parametrize("expected", [None, 20])
+def test_where_records_are_not_kept_every_step_is_a_snapshot_recomputed_once(monkeypatch, expected):
+    """Where replayed steps are cheaper than recorded ones (a GPU's CUDA graphs; here forced on the CPU),
+    a budget that holds every step's records holds every step's snapshot instead: each step is recomputed
+    once, from its own snapshot, replayed, and the gradient keeps its bits."""
+    keep_all, plain = gradient(None, memory=10**6)
+    monkeypatch.setattr(pad.checkpoint.Loop, "keeps_records", lambda self: False)
+    x, y, c = np.linspace(0.1, 1.0, 8), np.ones(8), np.array([0.7])
+    dx, dy, dc = np.zeros(8), np.arange(8.0) + 1.0, np.zeros(1)
+    stats, count = pad.checkpoint.Stats(), [0]
+
+    def more(*_):  # counts the steps: a replayed step's Python does not run
+        count[0] += 1
+        return count[0] <= 20
+
+    def step(t, x, y, c):
+        pad.launch(grow, 8, x, y, c)
+        if t == 0:
+            pad.launch(mix, 8, x, y)
+        pad.launch(mix, 8, x, y)
+
+    def run(x, y, c):
+        pad.checkpoint.while_loop(
+            more, step, x, y, c, memory=10**6, expected_steps=expected, stats=stats, replay=lambda t: t == 0
+        )
+
+    pad.autodiff(run, pad.Dup(x, dx), pad.Dup(y, dy), pad.Dup(c, dc))
+    for a, b in zip(keep_all, [x, y, dx, dy, dc], strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert plain.steps == 20 and stats.snapshots_peak >= 19
+    assert stats.steps == 40  # each step once more (the first step's records, which measure it, let go)
+    assert stats.replayed >= 17 and stats.replayed_forward >= 17
