@@ -592,6 +592,7 @@ def _sensitivity(
         "snapshots": args.snapshots if args.snapshots is not None else stats.snapshots_peak,
         "snapshots_peak": stats.snapshots_peak,
         "recomputed_steps": stats.recomputed,
+        "replayed_steps": stats.replayed + stats.replayed_forward,
         "optimal_recomputed_steps": best[1],
         "optimal_schedule": best[0],
         "peak_state_bytes": stats.peak_memory,
@@ -730,8 +731,10 @@ def _gradient_lines(r: dict[str, Any]) -> str:
         f"Gradient of the run  = {r['time_grad_s']:10.4g} (s), primal {r['time_primal_s']:10.4g} (s): "
         f"overhead {r['overhead']:.2f}x\n"
         f"Checkpointing        = {r['schedule']}{budget}: {r['snapshots_peak']} snapshots at most, "
-        f"{r['recomputed_steps']} steps recomputed ({_best_offline(r)}), peak {format_size(r['peak_state_bytes'])} "
-        f"measured" + (f", {r['sessions']} sessions" if r["sessions"] > 1 else "") + "\n"
+        f"{r['recomputed_steps']} steps recomputed ({_best_offline(r)}), {r['replayed_steps']} replayed, peak "
+        f"{format_size(r['peak_state_bytes'])} measured"
+        + (f", {r['sessions']} sessions" if r["sessions"] > 1 else "")
+        + "\n"
     )
 
 

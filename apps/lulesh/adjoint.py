@@ -415,19 +415,31 @@ def sensitivity(
     dxv, dparams = (mem.put(np.zeros(a.shape)) for a in (s.xv, s.params))
     value, seed = mem.put(np.zeros(1)), mem.put(np.ones(1))  # J's share, seeded on every rank: J is their sum
     stats = pad.checkpoint.Stats()
-    taken, count = [0], [0]  # cycles run so far (recomputations too), and the loop's count
+    count, asked = [0], [0]  # the loop's count; cycles this session's condition let run
+    run_cycles = mem.put(np.zeros(1, np.int64))  # cycles run so far, recomputations too (state of the loop)
+    status = mem.fetch(s.clock[: K.TIME + 1], run_cycles, hydro.fault)
 
-    def more(st: State) -> bool:
-        return float(st.clock[K.TIME]) < STOPTIME and taken[0] < cycles
+    def more(st: State, ran: Any) -> bool:
+        """Whether cycle k + 1 runs, k cycles run; first the faults of cycle k, checked as ``Hydro.advance``
+        does, so that an abort names the cycle and element where it happened. One host read of the device.
+        ``asked`` bounds a warm-up whose launches do not run (``pad.precompile``); otherwise k is larger."""
+        status.start(0)
+        (time,), (k,), (faults,) = status.wait(0)
+        if k and (faults or hydro.comm.size > 1):
+            hydro.check(int(k), int(faults))
+        go = bool(time < STOPTIME and max(int(k), asked[0]) < cycles)
+        asked[0] += go
+        return go
 
-    def cycle(t: int, st: State) -> None:
-        taken[0] = t + 1
-        hydro.cycle(t, st)
+    def cycle(t: int, st: State, ran: Any) -> None:
+        hydro.time_increment(st, t == 0)
+        hydro.leapfrog(st)
+        pad.launch(K.k_count_cycle, 1, ran)
 
     def run(*_: Any) -> None:
         hydro.setup(s)
         count[0] = pad.checkpoint.while_loop(
-            more, cycle, s, snapshots=snapshots, memory=memory, stats=stats, resumable=resumable,
+            more, cycle, s, run_cycles, snapshots=snapshots, memory=memory, stats=stats, resumable=resumable,
             expected_steps=expected_cycles, replay=first_or_later,
         )  # fmt: skip
         objective.add(s, value)
@@ -458,8 +470,8 @@ def sensitivity(
 
 def first_or_later(t: int) -> bool:
     """The phase of cycle ``t + 1`` for ``pad.checkpoint``'s replays: the first cycle's time increment differs
-    from the later ones'; otherwise a cycle's launches depend on the state's arrays alone (its fault check
-    reads the device, but a replayed cycle is a recomputation, whose faults the forward sweep reported)."""
+    from the later ones'; otherwise a cycle's launches depend on the state's arrays alone (its count and
+    fault check are the loop condition's, which runs before every cycle of the forward sweep)."""
     return t == 0
 
 

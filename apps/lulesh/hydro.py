@@ -292,7 +292,7 @@ class Hydro:
 
     def cycle(self, t: int, s: State, leapfrog: Any = None) -> None:
         """Cycle ``t + 1``: the time increment, the leap-frog step (or ``leapfrog(s)``, a differentiated
-        one, say) and the fault check. The step of ``pad.checkpoint.while_loop`` in a whole-run gradient."""
+        one, say) and the fault check."""
         self.time_increment(s, t == 0)
         (leapfrog or self.leapfrog)(s)
         self.check(t + 1)

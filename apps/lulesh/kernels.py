@@ -343,6 +343,13 @@ def k_dt_candidate(i, clock, gnewdt):
 
 
 @pad.kernel
+def k_count_cycle(i, cycles):
+    """One more cycle run (``cycles[0]``): a count that lives with the state, so that a cycle replayed from a
+    record, whose Python does not run, counts too."""
+    cycles[0] += 1
+
+
+@pad.kernel
 def k_time_increment(i, first, newdt, clock, stoptime, dtmax, multlb, multub, fault, earlier):
     """The next time step (growth limited, cut to end at ``stoptime``) and the new time (TimeIncrement);
     notes the faults of the cycles before (see ``count_fault``)."""

@@ -157,6 +157,26 @@ def test_a_fault_found_late_names_the_cycle_and_element_where_it_happened():
     assert (fault.code, fault.cycle, fault.element) == (H.VOLUME_ERROR, 4, 7), fault
 
 
+def test_a_fault_in_the_whole_run_gradient_names_its_cycle_and_element(monkeypatch):
+    """The sensitivity's loop checks faults in its condition, before each cycle (a replayed cycle's Python
+    does not run): a negative volume planted after cycle 2 fails cycle 3 there, element 7."""
+    from apps.lulesh.adjoint import sensitivity
+
+    h, _ = _hydro()
+    leapfrog, calls = h.leapfrog, [0]
+
+    def planted(st: H.State) -> None:
+        leapfrog(st)
+        calls[0] += 1
+        if calls[0] == 2:
+            st.v[7] = -0.5
+
+    monkeypatch.setattr(h, "leapfrog", planted)
+    with pytest.raises(H.Abort) as info:
+        sensitivity(h, 10, H.default_parameters(4, 1), memory="1GB")
+    assert (info.value.code, info.value.cycle, info.value.element) == (H.VOLUME_ERROR, 3, 7)
+
+
 def test_replayed_cycles_equal_launched_ones():
     """``advance`` replays cycles 2, 3, ... (``pad.graph``); plain ``cycle`` calls launch every kernel."""
     (h, s), (g, t) = _hydro(5), _hydro(5)
