@@ -75,6 +75,33 @@ class SaveError(OSError):
 
 
 # ---------------------------------------------------------------------------------------------- copies
+class _Block:
+    """A GPU copy in part of one allocation that a snapshot's copies share: no array object is made for it
+    (a few microseconds of the host each, tens a snapshot) until its values are asked for."""
+
+    __slots__ = ("dtype", "memory", "nbytes", "offset", "shape")
+
+    def __init__(self, memory: Any, offset: int, shape: tuple, dtype: Any, nbytes: int) -> None:
+        self.memory, self.offset, self.shape, self.dtype, self.nbytes = memory, offset, shape, dtype, nbytes
+
+    @property
+    def ptr(self) -> int:
+        return int(self.memory.ptr) + self.offset
+
+    def array(self) -> Any:
+        import cupy
+
+        return cupy.ndarray(self.shape, self.dtype, memptr=self.memory + self.offset)
+
+
+def _device_copy(dst: int, src: int, nbytes: int, stream: Any) -> None:
+    """Copy ``nbytes`` of device memory in ``stream``'s order."""
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    runtime.memcpyAsync(dst, src, nbytes, runtime.memcpyDeviceToDevice, stream.ptr)
+
+
 class _Copy:
     """A copy of an array (less a hole) being made: ``before_write`` makes later writes to the source safe,
     ``result`` gives the copy once made."""
@@ -152,16 +179,13 @@ class Copier:
                     self._round.record(self._stream)
                     self._round = None
 
-    def _device_empty(self, shape: tuple, dtype: Any) -> Any:
-        """A new device array, from the block's reserved memory while it lasts."""
-        import cupy
-
-        nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    def _reserved(self, shape: tuple, dtype: Any, nbytes: int) -> _Block | None:
+        """Room for a copy of ``nbytes`` in the block's reserved memory (None: none is left)."""
         if self._arena is None or self._used + nbytes > self._arena.mem.size:
-            return cupy.empty(shape, dtype)
-        out = cupy.ndarray(shape, dtype, memptr=self._arena + self._used)
+            return None
+        block = _Block(self._arena, self._used, shape, dtype, nbytes)
         self._used += -(-nbytes // ALIGNMENT) * ALIGNMENT  # as ``_aligned`` counts it
-        return out
+        return block
 
     def _device_round(self) -> Any:
         """The event of this round's GPU copies (recorded when the round ends), the copy stream made to
@@ -186,12 +210,24 @@ class Copier:
             flat = a if hole is None else a.reshape(-1)
             return _Copy(out, future=self._pool.submit(_pack_into, out, flat, hole))
         if arrays.is_cupy(a):
+            import cupy
+
             with self.starting():
                 done = self._device_round()
-                with self._stream:
-                    out = self._device_empty(a.shape if hole is None else (size,), a.dtype)
-                    _pack_into(out, a if hole is None else a.reshape(-1), hole)
-            return _Copy(out, event=done)
+                shape = a.shape if hole is None else (size,)
+                nbytes = size * a.itemsize
+                block = self._reserved(shape, a.dtype, nbytes) if arrays.c_contiguous(a) else None
+                if block is None:
+                    with self._stream:
+                        out = cupy.empty(shape, a.dtype)
+                        _pack_into(out, a if hole is None else a.reshape(-1), hole)
+                    return _Copy(out, event=done)
+                lo, hi = (0, 0) if hole is None else hole
+                src, item = int(a.data.ptr), a.itemsize
+                if lo:
+                    _device_copy(block.ptr, src, lo * item, self._stream)
+                _device_copy(block.ptr + lo * item, src + hi * item, (a.size - hi) * item, self._stream)
+            return _Copy(block, event=done)
         return _Copy(arrays.copy(a))  # numba device arrays: no views for holes (``span`` gives none)
 
     def _buffer(self, shape: tuple, dtype: Any) -> np.ndarray:
@@ -236,9 +272,18 @@ class Saved:
         if self.path is not None:
             return np.load(self.path, mmap_mode="r")
         assert self.copy is not None
-        return self.copy.result()
+        data = self.copy.result()
+        return data.array() if isinstance(data, _Block) else data
 
     def restore_into(self, r: Any) -> None:
+        block = self.copy.buffer if self.copy is not None and self.path is None else None
+        if isinstance(block, _Block) and self.hole is None and arrays.c_contiguous(r):
+            import cupy
+
+            stream = cupy.cuda.get_current_stream()
+            self.copy.before_write()  # type: ignore[union-attr]  # the stream waits for the copy
+            _device_copy(int(r.data.ptr), block.ptr, block.nbytes, stream)
+            return
         data = self.data()
         if self.hole is None:
             arrays.assign(r, data)
