@@ -193,7 +193,7 @@ def build(
         else None
     )
     transform = {"primal": _primal, "tangent": _tangent, "adjoint": _adjoint, "fused": _adjoint}[mode]
-    t = transform(k, launcher, touched, mode == "fused")
+    t = transform(k, launcher, touched, mode == "fused", target)
     t.body = promote(t.body, k.low.namer, k.types, k.low.kinds)
     variant = _variant(k, t, mode, target, checked)
     origin = f"{k.low.filename}:{fn.__name__} ({mode}, {target}{', PAD_DEBUG' if checked else ''})"
@@ -238,13 +238,13 @@ def analyse(fn: Callable[..., Any], kinds: list[Kind], active: tuple[bool, ...])
     )
 
 
-def _primal(k: Analysed, launcher: Launcher, touched: set[str], fused: bool) -> Transformed:
+def _primal(k: Analysed, launcher: Launcher, touched: set[str], fused: bool, target: str) -> Transformed:
     """The kernel itself; its accumulations at shared indices into private buffers."""
     body = privatize(k.low.body, k.reduced, k.launch_index, k.defs)
     return Transformed(body, launcher, [("primal", k.params.index(a)) for a in sorted(k.reduced)])
 
 
-def _tangent(k: Analysed, launcher: Launcher, touched: set[str], fused: bool) -> Transformed:
+def _tangent(k: Analysed, launcher: Launcher, touched: set[str], fused: bool, target: str) -> Transformed:
     """Each statement followed by its tangent (``tangent.py``); tangents take the arrays' privates too."""
     tangent = Tangent(k.act, k.launch_index, k.reduced, k.defs).block(k.low.body)
     launcher.extras += [tan(k.params[p]) for p in k.active_arrays + k.active_scalars]
@@ -255,12 +255,13 @@ def _tangent(k: Analysed, launcher: Launcher, touched: set[str], fused: bool) ->
     return Transformed(privatize(tangent, k.reduced, k.launch_index, k.defs), launcher, privates)
 
 
-def _adjoint(k: Analysed, launcher: Launcher, touched: set[str], fused: bool) -> Transformed:
+def _adjoint(k: Analysed, launcher: Launcher, touched: set[str], fused: bool, target: str) -> Transformed:
     """The forward sweep and the adjoint sweep (``reverse.py``); adjoints of arrays read at shared indices
     accumulate into private buffers, those of active scalars into per-chunk sums. ``fused``: the primal's
     outputs are made too."""
     rev = Reverse(k.low.body, k.low.kinds, k.types, k.act, k.launch_index, k.low.namer, touched, k.defs)
     rev.fused = fused
+    rev.keep = target == "cpu"
     rev.cleared = frozenset(a for a in k.overwrites if a in k.act.arrays)
     launcher.clears = [(adj(a), k.overwrites[a]) for a in sorted(rev.cleared)]
     live_out = {adj(k.params[p]) for p in k.active_scalars}
@@ -269,6 +270,7 @@ def _adjoint(k: Analysed, launcher: Launcher, touched: set[str], fused: bool) ->
     launcher.accumulators = [adj(k.params[p]) for p in k.active_scalars]
     active_locals = [s for s in launcher.locals if s.target in k.act.arrays]
     launcher.locals += [LocalArray(adj(s.target), s.shape, s.dtype) for s in active_locals]
+    launcher.locals += list(rev.kept_arrays.values())
     init = sorted((_scalars_in(body) | set(launcher.accumulators)) - set(k.low.params))
     launcher.stack = rev.static_depth()
     privates = [("shadow", k.params.index(a)) for a in sorted(touched)]

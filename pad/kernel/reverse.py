@@ -14,6 +14,10 @@ The scheme (Tapenade's, with recomputation of loop bodies):
   adjoints of its temporaries start each iteration at zero, so iterations hand each other nothing but sums
   (GPU lanes may then share them).
 - Branch decisions and loop bounds are ordinary variables, saved by the same rule when overwritten.
+- A CPU adjoint keeps what it can instead of using the tape or recomputing (``keep``): a value saved outside
+  every loop in a variable of its own, and the values a recomputed loop's reverse reads, where that loop and
+  the loops around it run a literal number of iterations, in small local arrays indexed by those iterations,
+  where the cost rule of ``kept_values`` finds that cheaper than replaying the iteration for them.
 Then the adjoint is tidied: additions of adjoints known to be zero go, what follows a branch and does
 nothing where it is skipped (a zero adjoint's scatter past a cut-off) moves into it, and adjacent branches on
 one condition merge. Dead code (forward values the reverse does not need) is removed last, stores into local
@@ -25,6 +29,8 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -75,7 +81,11 @@ from pad.kernel.ir import (
 )
 from pad.kernel.names import ADJOINT, UNORDERED, adj, private
 from pad.kernel.optimize import dead_local_stores
-from pad.kernel.rules import RULES
+from pad.kernel.rules import COSTS, RULES
+
+# A loop's values are kept (``Reverse.kept_values``) where it and the loops around it run at most this many
+# iterations in all: each kept value's array then has as many slots, on the stack of a CPU launcher's chunk.
+KEPT_SLOTS = 64
 
 
 @dataclass
@@ -111,6 +121,12 @@ class Reverse:
     tails: dict[int, list[Stmt]] = field(default_factory=dict)
     # id() of a recomputed loop's forward copy -> (scalars pushed per iteration, the body's own forward sweep)
     replays: dict[int, tuple[int, list[Stmt]]] = field(default_factory=dict)
+    # CPU adjoints keep values in variables and small local arrays instead of on the tape or recomputing
+    # them (``save``); CUDA adjoints would spend registers and local memory on them.
+    keep: bool = False
+    enclosing: list[For | While] = field(default_factory=list)  # the loops being transformed, outermost first
+    kept_arrays: dict[str, LocalArray] = field(default_factory=dict)  # the local arrays of kept values
+    keep_stores: set[int] = field(default_factory=set)  # id() of the forward sweep's stores into them
 
     def __post_init__(self) -> None:
         self._choose_loop_modes()
@@ -165,7 +181,7 @@ class Reverse:
             _merge_ifs(_fold_zero_adds(code, zeros, frozenset(shadows))[0]), live_out, prune=True
         )
         # Stores into local arrays that nothing reads again go, then what only they read, until none is left.
-        shapes |= shadows
+        shapes = self.local_shapes()
         while True:
             smaller, _ = liveness(dead_local_stores(code, shapes), live_out, prune=True)
             if _count(smaller) == _count(code):
@@ -188,8 +204,9 @@ class Reverse:
         for s in stmts:
             f, r = self.stmt(s, need)
             saved = sorted(assigned(f) & need) if not isinstance(s, If) else []
-            fwd += [Push(Name(v), self.stack_kind(v)) for v in saved] + f
-            revs.append(r + [Pop(v, self.stack_kind(v), self.types[v]) for v in reversed(saved)])
+            save, restore = self.save(s, saved)
+            fwd += save + f
+            revs.append(r + restore)
             need |= liveness(r, set(), prune=False)[1]
         rev = [x for r in reversed(revs) for x in r]
         return fwd, rev
@@ -219,6 +236,21 @@ class Reverse:
 
     def stack_kind(self, name: str) -> str:
         return "f" if self.types[name] in FLOATS else "i"
+
+    def save(self, s: Stmt, names: list[str]) -> tuple[list[Stmt], list[Stmt]]:
+        """(forward, reverse) code that saves ``names`` before statement ``s`` and restores them after its
+        adjoint. Inside a loop the values go on the tape (an iteration's save is restored by the same
+        iteration's reverse, in last-in first-out order); outside every loop each save runs at most once per
+        launch index, and a CPU adjoint keeps it in a variable of its own, which the compiler keeps in a
+        register, where a tape slot is memory it must store and load again."""
+        if self.enclosing or not self.keep:
+            push: list[Stmt] = [Push(Name(v), self.stack_kind(v), line=s.line) for v in names]
+            return push, [Pop(v, self.stack_kind(v), self.types[v], line=s.line) for v in reversed(names)]
+        kept = {v: self.fresh(s, _kept_stem(v), self.types[v]) for v in names}
+        return (
+            [Assign(kept[v], Name(v), line=s.line) for v in names],
+            [Assign(v, Name(kept[v]), line=s.line) for v in reversed(names)],
+        )
 
     # -- statements ------------------------------------------------------------------------------------
     def stmt(self, s: Stmt, need: set[str]) -> tuple[list[Stmt], list[Stmt]]:
@@ -293,13 +325,24 @@ class Reverse:
             assert isinstance(kind, ArrayKind)
             old = self.fresh(s, "old", scalar_type(kind.dtype))
             stack = "f" if self.types[old] in FLOATS else "i"
-            fwd.append(Push(Elem(s.array, s.index), stack, line=s.line))
-            rev += [Pop(old, stack, self.types[old]), Store(s.array, s.index, Name(old), line=s.line)]
+            if self.enclosing or not self.keep:  # as ``save`` does
+                fwd.append(Push(Elem(s.array, s.index), stack, line=s.line))
+                rev.append(Pop(old, stack, self.types[old]))
+            else:
+                fwd.append(Assign(old, Elem(s.array, s.index), line=s.line))
+            rev.append(Store(s.array, s.index, Name(old), line=s.line))
         fwd.append(s)
         return fwd, rev
 
     # -- loops -----------------------------------------------------------------------------------------
     def loop(self, s: For | While, need: set[str]) -> tuple[list[Stmt], list[Stmt]]:
+        self.enclosing.append(s)
+        try:
+            return self._loop(s, need)
+        finally:
+            self.enclosing.pop()
+
+    def _loop(self, s: For | While, need: set[str]) -> tuple[list[Stmt], list[Stmt]]:
         extremes = running_extremes(s) if isinstance(s, For) else None
         if isinstance(s, For) and extremes and any(x.m in self.act.scalars for x in extremes):
             code = self.extreme(s, extremes)
@@ -348,7 +391,7 @@ class Reverse:
             forward = While(s.test, s.cond, [*fwd_body, bump], line=s.line)
             before = [Assign(trip, Lit(0), line=s.line)]
         if id(s) in self.recompute:
-            self.replays[id(forward)] = (len(fwd_body) - len(s.body), replay)
+            self.replays[id(forward)] = (sum(isinstance(x, Push) for x in fwd_body), replay)
         rev: list[Stmt] = [*count, backwards] if isinstance(s, For) else [backwards]
         if rebuilt:
             # The reverse loop runs the iterations in forward order and redoes the sums from their values
@@ -414,7 +457,12 @@ class Reverse:
             return out
 
         replay = [*(Assign(h, Lit(False)) for h in hit.values()), *rebuilt(s.body, True)]
-        f_rep, r_rep = self.region(replay, set())
+        # The forward below runs the body as written, storing no kept value: no loop inside keeps any.
+        keep, self.keep = self.keep, False
+        try:
+            f_rep, r_rep = self.region(replay, set())
+        finally:
+            self.keep = keep
         if any(isinstance(x, (Push, Pop)) for x in walk(f_rep + r_rep)):
             return None
         forward: list[Stmt] = [
@@ -590,15 +638,109 @@ class Reverse:
         """
         f, r = self.region(s.body, set())
         # Adjoints flow from one reverse iteration to the next and out of the loop: they stay live. Primal
-        # values do not: the next iteration pops or recomputes its own.
+        # values do not: the next iteration pops, recomputes or reloads its own.
         adjoints = {n for x in walk(r) for n in _names(x) | assigned([x]) if n.startswith(ADJOINT)}
         sums = set(rebuilt or ())
-        again, live = liveness(f + r, adjoints | sums, prune=True)
         written = assigned(s.body) - ({s.var} if isinstance(s, For) else set()) - sums
+        # The replay makes no stores: the body loads no array it stores (else it would not be recomputed), and
+        # the reverse of earlier code loads none of them either (a later store into an array that an earlier
+        # recomputed loop loads saves the old value, which makes the loop around it a stored one).
+        replay = _drop_all_stores(f)
+        kept = self.kept_values(s, replay, r, adjoints | sums, written)
+        loads = {v: Elem(array, self.iteration()) for v, array in kept.items()}
+        again, live = liveness(_loading(replay, loads) + r, adjoints | sums, prune=True)
         carried = sorted(live & written & exposed_under_guards(again))
         push = [Push(Name(v), self.stack_kind(v), line=s.line) for v in carried]
         pop = [Pop(v, self.stack_kind(v), self.types[v], line=s.line) for v in reversed(carried)]
+        stores = [Store(array, self.iteration(), Name(v), line=s.line) for v, array in kept.items()]
+        self.keep_stores |= {id(x) for x in stores}
+        if stores or any(id(x) in self.keep_stores for x in walk(f)):
+            # The forward sweep runs the iteration as the replay does, storing what this loop and the loops
+            # inside keep (the pushes are the replay's: it pops them again).
+            return push + _drop_pushes(f) + stores, pop + again, f
         return push + s.body, pop + again, f
+
+    # -- values kept instead of recomputed ------------------------------------------------------------------
+    def kept_values(
+        self, s: For | While, replay: list[Stmt], reverse: list[Stmt], live_out: set[str], written: set[str]
+    ) -> dict[str, str]:
+        """The values an iteration's reverse reads that a CPU adjoint keeps, each in a small local array
+        (returned by value: its array) indexed by the iterations of ``s`` and the loops around it, instead of
+        recomputing them from the replayed iteration.
+
+        Only where every one of those loops is a ``for`` with literal bounds (``KEPT_SLOTS`` iterations at
+        most in all) that leaves its variable alone, so that each iteration has its own slot and the forward
+        sweep stores it once. The cost rule: a set of kept values costs, per iteration, a store each in the
+        forward sweep and a load each in the reverse; it saves the replay's operations (arithmetic, loads,
+        stores, tape pops; ``_operations``) that nothing needs once the values are loaded. Starting from every candidate
+        (floating-point values the reverse reads, assigned in the body), a value is dropped while dropping
+        it costs nothing more, so what is kept saves more than it costs.
+        """
+        if not self.keep or not self.enclosing or self.enclosing[-1] is not s:
+            return {}
+        slots = self.slots()
+        if not slots or math.prod(slots) > KEPT_SLOTS:
+            return {}
+        reads = liveness(reverse, set(), prune=False)[1]
+        candidates = sorted(v for v in reads & written if self.types.get(v) in FLOATS)
+        if not candidates:
+            return {}
+
+        def cost(kept: list[str]) -> int:
+            loads = {v: Elem(v, ()) for v in kept}  # a load each (the array's name does not matter)
+            code = _loading(replay, loads) + reverse
+            return _operations(liveness(code, live_out, prune=True)[0]) + len(kept)
+
+        kept = list(candidates)
+        best = cost(kept)
+        for v in candidates:
+            fewer = [u for u in kept if u != v]
+            if cost(fewer) <= best:
+                kept, best = fewer, cost(fewer)
+        if best >= cost([]):
+            return {}
+        out = {}
+        for v in kept:
+            key = (id(s), f"kept array of {v}")
+            if key not in self._fresh:
+                self._fresh[key] = self.namer.fresh(_kept_stem(v))
+            array = self._fresh[key]
+            dtype = np.dtype(np.float32 if self.types[v] == "f4" else np.float64)
+            self.kinds[array] = ArrayKind(dtype, len(slots), local=True)
+            self.kept_arrays[array] = LocalArray(array, slots, dtype, line=s.line)
+            out[v] = array
+        return out
+
+    def slots(self) -> tuple[int, ...]:
+        """The trip counts of the loops around (and of) the loop being transformed; () where one has no
+        literal bounds or assigns its own variable."""
+        trips = []
+        for loop in self.enclosing:
+            if not isinstance(loop, For) or loop.var in assigned(loop.body):
+                return ()
+            try:
+                trips.append(_trips(loop))
+            except _Dynamic:
+                return ()
+        return tuple(trips)
+
+    def iteration(self) -> tuple[Expr, ...]:
+        """The index of the current iteration of each loop around (and of) the loop being transformed, from
+        its variable: the same in the forward sweep and in the reverse, which sets the variable again."""
+        out: list[Expr] = []
+        for loop in self.enclosing:
+            assert isinstance(loop, For)
+            start, step = loop.start, loop.step
+            offset = Name(loop.var) if start == Lit(0) else call("sub", Name(loop.var), start)
+            out.append(offset if step == Lit(1) else call("floordiv", offset, step))
+        return tuple(out)
+
+    def local_shapes(self) -> dict[str, tuple[int, ...]]:
+        """The local arrays whose elements ``dead_local_stores`` follows: the kernel's, their shadows, and
+        the arrays of kept values."""
+        shapes = {x.target: x.shape for x in walk(self.body) if isinstance(x, LocalArray)}
+        shapes |= {adj(a): shape for a, shape in shapes.items() if a in self.act.arrays}
+        return shapes | {a: x.shape for a, x in self.kept_arrays.items()}
 
     def stored(self, s: For | While, need: set[str]) -> tuple[list[Stmt], list[Stmt]]:
         """The body saves its own overwritten values; ``need`` grows with what any iteration's reverse reads
@@ -610,6 +752,63 @@ class Reverse:
             if used <= inner:
                 return f, r
             inner |= used
+
+
+def _operations(stmts: list[Stmt]) -> int:
+    """What ``stmts`` cost to run, in additions: arithmetic (``rules.COSTS``), loads, stores and tape traffic
+    one each, a loop's body once per trip (once where its bounds are known only when the kernel runs)."""
+    n = 0
+    for s in stmts:
+        if isinstance(s, For):
+            try:
+                trips = _trips(s)
+            except _Dynamic:
+                trips = 1
+            n += trips * _operations(s.body)
+        elif isinstance(s, (If, While)):
+            n += sum(_operations(b) for b in blocks(s)) + _size(s.cond)
+        else:
+            n += sum(_size(e) for e in exprs_of(s)) + (not isinstance(s, Assign))
+    return n
+
+
+def _size(e: Expr) -> int:
+    """The cost of an expression's operations (``rules.COSTS``) and loads."""
+    if isinstance(e, Call):
+        return (e.op != "copy") * COSTS.get(e.op, 1) + sum(_size(a) for a in e.args)
+    if isinstance(e, Elem):
+        return 1 + sum(_size(a) for a in e.index)
+    return 0
+
+
+def _loading(replay: list[Stmt], loads: Mapping[str, Expr]) -> list[Stmt]:
+    """An iteration's replay with each kept value loaded (``loads``: value -> its load) in place of the
+    replay's one assignment of it, where it has one outside branches and loops (what it alone reads, and the
+    copies of it, then need no recomputing); else after the replay."""
+    once = {v for v in loads if sum(v in assigned([x]) for x in walk(replay)) == 1}
+    top = {x.target for x in replay if isinstance(x, Assign)}
+    out = [
+        Assign(x.target, loads[x.target], line=x.line)
+        if isinstance(x, Assign) and x.target in once & top
+        else x
+        for x in replay
+    ]
+    return out + [Assign(v, e) for v, e in loads.items() if v not in once & top]
+
+
+def _kept_stem(name: str) -> str:
+    """The stem of the name of a kept value of variable ``name``: ``kept_ax_`` (``_kept_ax_12``), ``kept`` for
+    a temporary (``_kept13``)."""
+    return "kept" if name.startswith("_") else f"kept_{name}_"
+
+
+def _drop_all_stores(stmts: list[Stmt]) -> list[Stmt]:
+    return [map_blocks(s, _drop_all_stores) for s in stmts if not isinstance(s, Store)]
+
+
+def _drop_pushes(stmts: list[Stmt]) -> list[Stmt]:
+    """``stmts`` without their pushes onto the tape."""
+    return [map_blocks(s, _drop_pushes) for s in stmts if not isinstance(s, Push)]
 
 
 def _drop_idle_saves(stmts: list[Stmt]) -> list[Stmt]:

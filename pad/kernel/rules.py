@@ -326,3 +326,13 @@ BUILTINS: dict[str, str] = {
     "float": "float",
     "bool": "bool",
 }
+
+#: What computing an op again costs, in additions, where it is more (reverse mode weighs keeping a value the
+#: reverse sweep needs against recomputing it): divisions and square roots several, library functions many.
+COSTS: dict[str, int] = {
+    **{n: 4 for n in ("div", "floordiv", "mod", "sqrt", "reciprocal")},
+    **{n: 16 for n in ("pow", "fpow", "fmod", "cbrt", "exp", "exp2", "expm1", "log", "log2", "log10")},
+    **{n: 16 for n in ("log1p", "gamma", "lgamma", "digamma")},
+    **{n: 16 for n in ("logaddexp", "logaddexp2", "sin", "cos", "tan", "asin", "acos", "atan", "atan2")},
+    **{n: 16 for n in ("sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "hypot", "erf", "erfc", "sinc")},
+}

@@ -774,6 +774,92 @@ def _dead_replay():
     return prog, lambda rng, dt: (dup(arr(rng, 5, dt)), dup(arr(rng, 5, dt)))
 
 
+@pad.kernel
+def k_kept_modes(i, x, g, y):
+    hourgam = pad.local_array((3, 4))
+    total = 0.0
+    for m in range(4):
+        h = 0.0
+        for k in range(3):
+            h += x[i, k] * g[m, k]  # a mode sum the iteration's reverse reads: kept per m
+        for k in range(3):
+            e = math.exp(math.sin(h * g[m, k]))  # read by the inner reverse: kept per (m, k)
+            hourgam[k, m] = e * x[i, k]
+            total += e * e
+    for k in range(3):
+        total += hourgam[k, 0] * hourgam[k, 3]
+    y[i] = total
+
+
+@case("values of small fixed loops kept for the reverse sweep, per iteration of nested loops")
+def _kept_modes():
+    def prog(x, g, y):
+        pad.launch(k_kept_modes, x.shape[0], x, g, y)
+
+    return prog, lambda rng, dt: (
+        dup(arr(rng, 15, dt).reshape(5, 3)),
+        dup(arr(rng, 12, dt, -1.0, 1.0).reshape(4, 3)),
+        dup(arr(rng, 5, dt)),
+    )
+
+
+@pad.kernel
+def k_kept_in_stored(i, x, y):
+    w = pad.local_array(3)
+    for k in range(3):
+        w[k] = x[i, k]
+    c = 1.0
+    for _ in range(3):  # loads and stores w: its iterations save what they overwrite
+        for k in range(3):  # its values differ from one pass to the next: kept per pass and k
+            c = c * 0.5 + math.exp(math.sin(w[k] * c))
+        for k in range(3):
+            w[k] = w[k] * 0.75 + 0.1 * c
+    for k in range(2):
+        if w[k] > c * 0.3:  # noqa: SIM108 (a branch, not a select)
+            t = math.tanh(w[k] * c)  # assigned on some paths only, read by the reverse on the same ones
+        else:
+            t = w[k] * w[k]
+        c = c + t * t
+    y[i] = c + w[2]
+
+
+@case("values kept inside a stored loop, and under branches")
+def _kept_in_stored():
+    def prog(x, y):
+        pad.launch(k_kept_in_stored, x.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 12, dt, 0.1, 1.2).reshape(4, 3)), dup(arr(rng, 4, dt)))
+
+
+@pad.kernel
+def k_saved_in_variables(i, x, t, y):
+    a = x[i]
+    b = math.sin(a)
+    a = a * b + 1.0  # overwrites a value the reverse of ``b`` reads: saved once, outside every loop
+    if a > 1.2:
+        b = b * a  # saved under a branch
+    w = pad.local_array(3)
+    for k in range(3):
+        w[k] = t[i, k] * a
+    s = 0.0
+    for k in range(3):
+        s += math.cos(w[k]) * b
+    w[1] = s * w[2]  # overwrites an element the loop above reads: its old value is saved
+    y[i] = w[1] * a + b
+
+
+@case("values the reverse needs saved before they are overwritten, outside loops")
+def _saved_in_variables():
+    def prog(x, t, y):
+        pad.launch(k_saved_in_variables, x.shape[0], x, t, y)
+
+    return prog, lambda rng, dt: (
+        dup(arr(rng, 6, dt, 0.2, 1.6)),
+        dup(arr(rng, 18, dt).reshape(6, 3)),
+        dup(arr(rng, 6, dt)),
+    )
+
+
 # -------------------------------------------------------------------------------------- app-shaped
 @pad.kernel
 def k_hex_forces(i, nodelist, x, y, z, p, fx, fy, fz):

@@ -20,7 +20,7 @@ from numba import njit
 
 from pad.kernel.emit import Printer
 from pad.kernel.ir import Call, Expr, Name
-from pad.kernel.rules import BUILTINS, MATH, NUMPY, RULES
+from pad.kernel.rules import BUILTINS, COSTS, MATH, NUMPY, RULES
 from pad.kernel.runtime import digamma
 from scripts.kernel_functions import render
 
@@ -190,6 +190,10 @@ def test_every_function_is_in_the_corpus():
     source = (Path(__file__).parent / "corpus.py").read_text()
     missing = [shown for shown, *_ in FUNCTIONS if not re.search(rf"(?<![\w.]){re.escape(shown)}\(", source)]
     assert not missing, f"functions no corpus kernel calls: {missing}"
+
+
+def test_costs_name_rules():
+    assert set(COSTS) <= set(RULES), f"costs of no rule: {sorted(set(COSTS) - set(RULES))}"
 
 
 def test_functions_table_is_rendered():
