@@ -215,6 +215,7 @@ def _probe(
     budget = lp.opts.memory
     assert budget is not None
     t, ended = 0, False
+    lp.planning = True
     while t < nsteps and lp.recording and not ended:
         known = lp.store.state_bytes()
         step = t
@@ -248,6 +249,7 @@ def _probe(
                 return sweep, t, False
             lp.start_dynamic(nsteps)  # more steps than expected: on online from here
             return None, lp.forward(more, nsteps, asked=True), False
+    lp.planning = False
     if ended:
         return None, t, False
     return None, lp.forward(more, t), False

@@ -148,6 +148,7 @@ class Loop:
         self.serial = ctx.serial  # shadows registered before the loop (see ``resume``)
         self.dynamic: Dynamic | None = None
         self.recording = False  # the forward records every step (keep-all) for now
+        self.planning = False  # an expected step count: records stay until a schedule is planned
         self.comm = opts.comm if opts.comm is not None else getattr(opts.resumable, "comm", None)
         self._comm_given = self.comm is not None
         self.switched = False
@@ -476,14 +477,10 @@ class Loop:
         while asked or more(t):
             asked = False
             self.stop_forward(t)
-            budget = self.opts.memory is not None
-            if (
-                self.recording
-                and self.records
-                and budget
-                and not (self.record_fits() and self.keeps_records())
-            ):
-                self.start_dynamic(t)
+            if self.recording and self.records and self.opts.memory is not None:
+                keep = self.keeps_records() or self.planning  # a planned schedule may replace the records
+                if not (self.record_fits() and keep):
+                    self.start_dynamic(t)
             if self.recording:
                 self.advance(t, record=True)
                 if len(self.records) == 1 and self.opts.memory is not None:
