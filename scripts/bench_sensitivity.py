@@ -58,6 +58,7 @@ def run_case(size: int, device: str, threads: int, memory: str, iterations: int 
         "schedule": r["schedule"],
         "snapshots_peak": r["snapshots_peak"],
         "recomputed_steps": r["recomputed_steps"],
+        "replayed_steps": r["replayed_steps"],
         "optimal_schedule": r["optimal_schedule"],
         "optimal_recomputed_steps": best,
         "peak_state_bytes": r["peak_state_bytes"],

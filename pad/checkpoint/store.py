@@ -126,12 +126,14 @@ class _Copy:
 
 
 def _pack_into(out: Any, flat: Any, hole: Hole | None) -> None:
+    """``out``: ``flat`` less ``hole``. Host copies run on the snapshot thread beside the step: NumPy's own
+    copy, on one core, where a parallel one would start a second team of threads against the step's."""
     if hole is None:
-        arrays.assign(out, flat)
+        out[...] = flat
         return
     lo, hi = hole
-    arrays.assign(out[:lo], flat[:lo])
-    arrays.assign(out[lo:], flat[hi:])
+    out[:lo] = flat[:lo]
+    out[lo:] = flat[hi:]
 
 
 ALIGNMENT = 256
