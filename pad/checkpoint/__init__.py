@@ -232,17 +232,20 @@ def _probe(
             plan = _plan_rest(lp, nsteps - t)
             if plan is None:
                 continue
+            asked = t  # the condition said yes to steps 0 .. t - 1 already
             choice, t = plan
             lp.recording = False
-            sweep = Sweep(lp, choice, t, held=t == 0, watch_sizes=True, more=more if online else None)
+            sweep = Sweep(
+                lp, choice, t, held=t == 0, watch_sizes=True, more=more if online else None, asked=asked
+            )
             try:
                 sweep.run()
             except Ended as end:  # the condition ended the loop before the expected count
                 return None, int(end.args[0]), False
             except Outgrown as grown:  # go on online from here, with the snapshots taken so far
-                t = int(grown.args[0])
+                t, asked_t = int(grown.args[0]), bool(grown.args[1])
                 lp.start_dynamic(t)
-                return None, lp.forward(more, t), False
+                return None, lp.forward(more, t, asked=asked_t), False
             lp.stats.schedule = choice.name
             if not online or not more(nsteps):
                 lp.stats.nsteps = nsteps

@@ -566,7 +566,8 @@ class Sweep:
     of the schedule up once its need at the sizes measured (agreed over the ranks) outgrows the room it was
     chosen in: steps ``reversed_from`` and later are reversed, and the loop's reverse pass goes on from
     there, planning each gap in the memory then free (``Loop.reverse_from``). ``more``:
-    the loop's condition, asked before each step of the forward sweep (``Ended`` when it says no).
+    the loop's condition, asked before each step of the forward sweep (``Ended`` when it says no) from step
+    ``asked`` on: a schedule that starts again from the loop's start runs steps it was asked for already.
     ``in_reverse``: a gap reversed in the loop's reverse pass (its forward part is no forward sweep: no stop
     is saved there).
     """
@@ -580,9 +581,10 @@ class Sweep:
         watch_sizes: bool = False,
         more: Callable[[int], bool] | None = None,
         in_reverse: bool = False,
+        asked: int = 0,
     ) -> None:
         self._lp, self._offset, self._held, self._watch_sizes = lp, offset, held, watch_sizes
-        self._more = more
+        self._more, self._asked = more, asked
         self._in_reverse = in_reverse
         self.choice = choice
         if choice.name == "keep-all":  # every step's records kept: Mixed with a unit for each
@@ -683,13 +685,13 @@ class Sweep:
             lp.take(off + n0, disk=disk)
         for t in range(n0, n1):
             if not reverse_part:
-                if self._more is not None and not self._more(off + t):
+                if self._more is not None and off + t >= self._asked and not self._more(off + t):
                     raise Ended(off + t)
                 lp.stop_forward(off + t)
                 if self._watch_sizes and lp.opts.memory is not None:
                     (held,) = lp.agreed(lp.held() + (0 if lp.store.holds(-1) else lp.sizes.final))
-                    if held + lp.sizes.record > lp.opts.memory:
-                        raise Outgrown(off + t)
+                    if held + lp.sizes.record > lp.opts.memory:  # (the step, whether it was asked for)
+                        raise Outgrown(off + t, self._more is not None and off + t >= self._asked)
             elif t > n0:
                 self._watch(off + t)
             lp.advance(off + t, record=action.write_adj_deps)

@@ -217,3 +217,24 @@ def test_online_snapshots_cost_close_to_the_offline_optimum(n, slots):
     )
     offline = plan.revolve_steps(n, slots)
     assert offline <= total <= 1.1 * offline
+
+
+@pytest.mark.parametrize("budget", [1_000, 1_100, 2_400, 3_600])
+@pytest.mark.parametrize("at", [3, 8, 15])
+def test_a_counting_condition_is_asked_once_a_step(budget, at):
+    """A ``while_loop`` condition that counts its own calls (a replayed step's Python cannot count) under a
+    budget and an expected count, whatever the plan does: a schedule given up when the state grows goes on
+    online from the step it was asked for (it was asked twice there: the loop ended a step early)."""
+    step, n = _late_state(at), 30
+    u, v, w = np.linspace(0.1, 1.0, N), np.linspace(-0.5, 0.5, N), np.zeros(N)
+    asked = [0]
+
+    def more(*_):
+        asked[0] += 1
+        return asked[0] <= n
+
+    def f(u, v, w):
+        checkpoint.while_loop(more, step, u, v, w, memory=budget, expected_steps=n)
+
+    pad.autodiff(f, pad.Dup(u, np.zeros(N)), pad.Dup(v, np.ones(N)), pad.Dup(w, np.ones(N)))
+    assert asked[0] == n + 1

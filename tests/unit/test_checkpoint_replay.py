@@ -145,3 +145,28 @@ def test_where_records_are_not_kept_a_small_budget_plans_a_snapshot_schedule(mon
         np.testing.assert_array_equal(a, b)
     assert stats.schedule == "revolve", stats  # planned offline: "online revolve" placed them as it went
     assert stats.snapshots_peak <= 1100 // stats.snapshot_bytes
+
+
+@pytest.mark.parametrize("memory", range(450, 1200, 50))  # 550: the plan starts again from the start
+@pytest.mark.parametrize("records", [True, False])
+def test_the_condition_is_asked_once_a_step_whatever_the_plan(monkeypatch, records, memory):
+    """A condition that counts its calls (as a replayed step's Python cannot) ends the loop where it should
+    under every budget: a plan that starts again from the loop's start does not ask it twice for a step."""
+    if not records:
+        monkeypatch.setattr(pad.checkpoint.Loop, "keeps_records", lambda self: False)
+    x, y, c = np.linspace(0.1, 1.0, 8), np.ones(8), np.array([0.7])
+    asked = [0]
+
+    def more(*_):
+        asked[0] += 1
+        return asked[0] <= 20
+
+    def step(t, x, y, c):
+        pad.launch(grow, 8, x, y, c)
+        pad.launch(mix, 8, x, y)
+
+    def run(x, y, c):
+        pad.checkpoint.while_loop(more, step, x, y, c, memory=memory, expected_steps=20)
+
+    pad.autodiff(run, pad.Dup(x, np.zeros(8)), pad.Dup(y, np.ones(8)), pad.Dup(c, np.zeros(1)))
+    assert asked[0] == 21
