@@ -21,31 +21,40 @@ def mix(i, x, y):
     x[i] = x[i] + 0.1 * y[(i + 1) % 8]
 
 
-def gradient(replay, snapshots=None, memory=None, nsteps=20):
-    """The loop's state after it and its gradient; the first step launches once more than the others."""
+def step(t, x, y, c):
+    """The loop's step: the first launches once more than the others."""
+    pad.launch(grow, 8, x, y, c)
+    if t == 0:
+        pad.launch(mix, 8, x, y)
+    pad.launch(mix, 8, x, y)
+
+
+def gradient(replay, snapshots=None, memory=None, nsteps=20, expected=None, while_=False):
+    """The loop's state after it and its gradient, its stats, and how often the condition was asked
+    (``while_``: a ``while_loop`` whose condition counts its calls, as a replayed step's Python cannot)."""
     x, y, c = np.linspace(0.1, 1.0, 8), np.ones(8), np.array([0.7])
     dx, dy, dc = np.zeros(8), np.arange(8.0) + 1.0, np.zeros(1)
-    stats = pad.checkpoint.Stats()
+    stats, asked = pad.checkpoint.Stats(), [0]
 
-    def step(t, x, y, c):
-        pad.launch(grow, 8, x, y, c)
-        if t == 0:
-            pad.launch(mix, 8, x, y)
-        pad.launch(mix, 8, x, y)
+    def more(*_):
+        asked[0] += 1
+        return asked[0] <= nsteps
 
     def run(x, y, c):
-        pad.checkpoint.loop(
-            step, nsteps, x, y, c, snapshots=snapshots, memory=memory, stats=stats, replay=replay
-        )
+        opts = {"snapshots": snapshots, "memory": memory, "stats": stats, "replay": replay}
+        if while_:
+            pad.checkpoint.while_loop(more, step, x, y, c, expected_steps=expected, **opts)
+        else:
+            pad.checkpoint.loop(step, nsteps, x, y, c, **opts)
 
     pad.autodiff(run, pad.Dup(x, dx), pad.Dup(y, dy), pad.Dup(c, dc))
-    return [x, y, dx, dy, dc], stats
+    return [x, y, dx, dy, dc], stats, asked[0]
 
 
 @pytest.mark.parametrize("snapshots", [1, 3, 5])
 def test_replayed_adjoint_steps_give_the_same_gradient(snapshots):
-    launched, plain = gradient(None, snapshots)
-    replayed, stats = gradient(lambda t: t == 0, snapshots)
+    launched, plain, _ = gradient(None, snapshots)
+    replayed, stats, _ = gradient(lambda t: t == 0, snapshots)
     for a, b in zip(launched, replayed, strict=True):
         np.testing.assert_array_equal(a, b)
     assert plain.replayed == 0
@@ -56,8 +65,8 @@ def test_replayed_adjoint_steps_give_the_same_gradient(snapshots):
 def test_a_replay_follows_its_phase():
     """A phase that hides the first step's extra launch replays another step's work there: the gradient
     differs, so replays do run and the phase keys them."""
-    launched, _ = gradient(None, 3)
-    wrong, stats = gradient(lambda t: 0, 3)
+    launched, _, _ = gradient(None, 3)
+    wrong, stats, _ = gradient(lambda t: 0, 3)
     assert stats.replayed > 0
     assert not np.array_equal(launched[2], wrong[2])
 
@@ -73,8 +82,8 @@ def test_replay_must_be_a_function():
 
 def test_unrecorded_steps_are_replayed_too():
     """Revolve's recomputations replay unrecorded steps of a phase from a record of one: the same bits."""
-    launched, _ = gradient(None, 3)
-    replayed, stats = gradient(lambda t: t == 0, 3)
+    launched, _, _ = gradient(None, 3)
+    replayed, stats, _ = gradient(lambda t: t == 0, 3)
     for a, b in zip(launched, replayed, strict=True):
         np.testing.assert_array_equal(a, b)
     assert stats.replayed_forward > 20
@@ -85,29 +94,10 @@ def test_where_records_are_not_kept_every_step_is_a_snapshot_recomputed_once(mon
     """Where replayed steps are cheaper than recorded ones (a GPU's CUDA graphs; here forced on the CPU),
     a budget that holds every step's records holds every step's snapshot instead: each step is recomputed
     once, from its own snapshot, replayed, and the gradient keeps its bits."""
-    keep_all, plain = gradient(None, memory=10**6)
+    keep_all, plain, _ = gradient(None, memory=10**6)
     monkeypatch.setattr(pad.checkpoint.Loop, "keeps_records", lambda self: False)
-    x, y, c = np.linspace(0.1, 1.0, 8), np.ones(8), np.array([0.7])
-    dx, dy, dc = np.zeros(8), np.arange(8.0) + 1.0, np.zeros(1)
-    stats, count = pad.checkpoint.Stats(), [0]
-
-    def more(*_):  # counts the steps: a replayed step's Python does not run
-        count[0] += 1
-        return count[0] <= 20
-
-    def step(t, x, y, c):
-        pad.launch(grow, 8, x, y, c)
-        if t == 0:
-            pad.launch(mix, 8, x, y)
-        pad.launch(mix, 8, x, y)
-
-    def run(x, y, c):
-        pad.checkpoint.while_loop(
-            more, step, x, y, c, memory=10**6, expected_steps=expected, stats=stats, replay=lambda t: t == 0
-        )
-
-    pad.autodiff(run, pad.Dup(x, dx), pad.Dup(y, dy), pad.Dup(c, dc))
-    for a, b in zip(keep_all, [x, y, dx, dy, dc], strict=True):
+    got, stats, _ = gradient(lambda t: t == 0, memory=10**6, expected=expected, while_=True)
+    for a, b in zip(keep_all, got, strict=True):
         np.testing.assert_array_equal(a, b)
     # each step once more from its own snapshot, but the steps recorded to measure the sizes: online, the
     # first step's records are let go at the second; with an expected count the offline plan keeps two
@@ -119,54 +109,21 @@ def test_where_records_are_not_kept_every_step_is_a_snapshot_recomputed_once(mon
 def test_where_records_are_not_kept_a_small_budget_plans_a_snapshot_schedule(monkeypatch):
     """An expected step count and a budget of a few snapshots: the loop plans the offline schedule the
     budget allows without records (Revolve), not an online placement, and the gradient keeps its bits."""
-    keep_all, _ = gradient(None, memory=10**6)
+    keep_all, _, _ = gradient(None, memory=10**6)
     monkeypatch.setattr(pad.checkpoint.Loop, "keeps_records", lambda self: False)
-    x, y, c = np.linspace(0.1, 1.0, 8), np.ones(8), np.array([0.7])
-    dx, dy, dc = np.zeros(8), np.arange(8.0) + 1.0, np.zeros(1)
-    stats, count = pad.checkpoint.Stats(), [0]
-
-    def more(*_):
-        count[0] += 1
-        return count[0] <= 20
-
-    def step(t, x, y, c):
-        pad.launch(grow, 8, x, y, c)
-        if t == 0:
-            pad.launch(mix, 8, x, y)
-        pad.launch(mix, 8, x, y)
-
-    def run(x, y, c):
-        pad.checkpoint.while_loop(
-            more, step, x, y, c, memory=1100, expected_steps=20, stats=stats, replay=lambda t: t == 0
-        )
-
-    pad.autodiff(run, pad.Dup(x, dx), pad.Dup(y, dy), pad.Dup(c, dc))
-    for a, b in zip(keep_all, [x, y, dx, dy, dc], strict=True):
+    got, stats, _ = gradient(lambda t: t == 0, memory=1100, expected=20, while_=True)
+    for a, b in zip(keep_all, got, strict=True):
         np.testing.assert_array_equal(a, b)
     assert stats.schedule == "revolve", stats  # planned offline: "online revolve" placed them as it went
     assert stats.snapshots_peak <= 1100 // stats.snapshot_bytes
 
 
-@pytest.mark.parametrize("memory", range(450, 1200, 50))  # 550: the plan starts again from the start
+@pytest.mark.parametrize("memory", range(550, 1250, 50))  # from the least this loop can run in
 @pytest.mark.parametrize("records", [True, False])
 def test_the_condition_is_asked_once_a_step_whatever_the_plan(monkeypatch, records, memory):
-    """A condition that counts its calls (as a replayed step's Python cannot) ends the loop where it should
-    under every budget: a plan that starts again from the loop's start does not ask it twice for a step."""
+    """A condition that counts its calls ends the loop where it should under every budget: a plan that
+    starts again from the loop's start does not ask it twice for a step."""
     if not records:
         monkeypatch.setattr(pad.checkpoint.Loop, "keeps_records", lambda self: False)
-    x, y, c = np.linspace(0.1, 1.0, 8), np.ones(8), np.array([0.7])
-    asked = [0]
-
-    def more(*_):
-        asked[0] += 1
-        return asked[0] <= 20
-
-    def step(t, x, y, c):
-        pad.launch(grow, 8, x, y, c)
-        pad.launch(mix, 8, x, y)
-
-    def run(x, y, c):
-        pad.checkpoint.while_loop(more, step, x, y, c, memory=memory, expected_steps=20)
-
-    pad.autodiff(run, pad.Dup(x, np.zeros(8)), pad.Dup(y, np.ones(8)), pad.Dup(c, np.zeros(1)))
-    assert asked[0] == 21
+    _, _, asked = gradient(None, memory=memory, expected=20, while_=True)
+    assert asked == 21
