@@ -292,6 +292,16 @@ def _one_copy(dst: Any, values: Any) -> bool:
     )
 
 
+def device_copy(dst: int, src: int, nbytes: int, stream: Any = None) -> None:
+    """Copy ``nbytes`` of GPU memory from address ``src`` to ``dst`` in ``stream``'s order (CuPy's; by
+    default its current stream)."""
+    import cupy
+
+    runtime = cupy.cuda.runtime
+    stream = cupy.cuda.get_current_stream() if stream is None else stream
+    runtime.memcpyAsync(dst, src, nbytes, runtime.memcpyDeviceToDevice, stream.ptr)
+
+
 def _same_block(dst: Any, values: Any) -> bool:
     """Whether ``dst`` and ``values`` are blocks of memory of one size and layout (a byte-for-byte copy)."""
     return (
@@ -309,11 +319,7 @@ def assign(dst: Any, values: Any) -> None:
     A whole contiguous array copied between host and device memory is one transfer, done when this returns
     (the host array may be reused at once)."""
     if is_cupy(dst) and is_cupy(values) and _same_block(dst, values):
-        import cupy
-
-        runtime = cupy.cuda.runtime  # one copy of memory: no elementwise kernel to launch
-        stream = cupy.cuda.get_current_stream().ptr
-        runtime.memcpyAsync(dst.data.ptr, values.data.ptr, dst.nbytes, runtime.memcpyDeviceToDevice, stream)
+        device_copy(int(dst.data.ptr), int(values.data.ptr), dst.nbytes)  # no elementwise kernel to launch
     elif is_cupy(dst) and _one_copy(dst, values):
         dst.set(values)
         synchronize(dst)

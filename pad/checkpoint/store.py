@@ -94,14 +94,6 @@ class _Block:
         return cupy.ndarray(self.shape, self.dtype, memptr=self.memory + self.offset)
 
 
-def _device_copy(dst: int, src: int, nbytes: int, stream: Any) -> None:
-    """Copy ``nbytes`` of device memory in ``stream``'s order."""
-    import cupy
-
-    runtime = cupy.cuda.runtime
-    runtime.memcpyAsync(dst, src, nbytes, runtime.memcpyDeviceToDevice, stream.ptr)
-
-
 class _Copy:
     """A copy of an array (less a hole) being made: ``before_write`` makes later writes to the source safe,
     ``result`` gives the copy once made."""
@@ -227,8 +219,8 @@ class Copier:
                 lo, hi = (0, 0) if hole is None else hole
                 src, item = int(a.data.ptr), a.itemsize
                 if lo:
-                    _device_copy(block.ptr, src, lo * item, self._stream)
-                _device_copy(block.ptr + lo * item, src + hi * item, (a.size - hi) * item, self._stream)
+                    arrays.device_copy(block.ptr, src, lo * item, self._stream)
+                arrays.device_copy(block.ptr + lo * item, src + hi * item, (a.size - hi) * item, self._stream)
             return _Copy(block, event=done)
         return _Copy(arrays.copy(a))  # numba device arrays: no views for holes (``span`` gives none)
 
@@ -280,11 +272,8 @@ class Saved:
     def restore_into(self, r: Any) -> None:
         block = self.copy.buffer if self.copy is not None and self.path is None else None
         if isinstance(block, _Block) and self.hole is None and arrays.c_contiguous(r):
-            import cupy
-
-            stream = cupy.cuda.get_current_stream()
-            self.copy.before_write()  # type: ignore[union-attr]  # the stream waits for the copy
-            _device_copy(int(r.data.ptr), block.ptr, block.nbytes, stream)
+            self.copy.before_write()  # type: ignore[union-attr]  # the current stream waits for the copy
+            arrays.device_copy(int(r.data.ptr), block.ptr, block.nbytes)
             return
         data = self.data()
         if self.hole is None:
