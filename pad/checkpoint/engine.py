@@ -314,10 +314,10 @@ class Loop:
         """Snapshot ``n``. Where steps are replayed from records (``keeps_records`` says no), the copy is
         whole and made safe at once, so that the next step may be replayed too (a replay runs without the
         write observer that would settle what the copy leaves out)."""
-        replayed = not self.keeps_records()
-        self.store.take(n, disk=disk, step_follows=not replayed)
-        if replayed:
-            self.store.settle()
+        if self.keeps_records():
+            self.store.take(n, disk=disk)
+        else:
+            self.store.take_whole(n, disk=disk)
         self.track()
 
     def keeps_records(self) -> bool:
