@@ -218,7 +218,8 @@ class Loop:
         self.track()
 
     def adjoint_step(self, t: int) -> None:
-        """Step ``t`` run recorded and reversed at once, as Revolve's and Mixed's schedules end a gap."""
+        """Step ``t`` run recorded and reversed at once, as Revolve's and Mixed's schedules end a gap (and
+        every schedule runs a gap of one step)."""
 
         def run() -> None:
             self.advance(t, record=True)
@@ -509,11 +510,18 @@ class Loop:
                 self.note("keep-all", 1)
                 t -= 1
                 continue
-            start = max(p for p in self.store.positions() if p <= t)
+            start = t if self.store.holds(t) else max(p for p in self.store.positions() if p <= t)
             for k in range(start, t):  # records of a schedule given up: the gap's schedule makes its own
                 self.records.pop(k, None)
             self.store.restore(start, drop=False)
             choice = self.plan(start, t + 1 - start)
+            if start == t:  # one step: every schedule runs it recorded and reverses it (``Sweep._adjoint``)
+                self.adjoint_step(t)
+                self.stop_reverse(t)
+                self.note(choice.name, 1)
+                self.drop(start)
+                t -= 1
+                continue
             sweep = Sweep(
                 self, choice, start, held=True, watch_sizes=self.opts.memory is not None, in_reverse=True
             )
