@@ -8,6 +8,10 @@ first write to an array until its copy is done (on a GPU the compute stream wait
 host does not). An array first overwritten after snapshots were taken is added to them, before the write,
 with the value it still holds.
 
+A whole snapshot that must be safe at once (``take_whole``: the steps after it are replayed, without the
+observer) is one batch instead: one buffer and one copy of every state array into it (``_Gather``; on a GPU
+one kernel launch in the compute stream's order), and one copy back to restore it.
+
 A snapshot holds only what step ``n`` reads. When the first thing step ``n`` does to a state array is a
 launch that overwrites a range of it without reading it (``y[i + c] = ...``, the kernel never reading
 ``y``: ``Variant.overwrites``), that range is left out. Whether it is, is known only when the launch comes;
