@@ -393,14 +393,18 @@ class _Gather:
 
     @staticmethod
     def fits(roots: list[Any]) -> bool:
-        """Whether ``roots`` can be copied as one batch: all NumPy or all CuPy arrays, C-contiguous."""
+        """Whether ``roots`` can be copied as one batch: C-contiguous NumPy arrays, or C-contiguous CuPy
+        arrays of the current GPU (the kernel's)."""
         if not roots or len(roots) > arrays.MAX_SEGMENTS:
             return False
-        host = isinstance(roots[0], np.ndarray)
-        return all(
-            (isinstance(r, np.ndarray) if host else arrays.is_cupy(r)) and arrays.c_contiguous(r)
-            for r in roots
-        )
+        if isinstance(roots[0], np.ndarray):
+            return all(isinstance(r, np.ndarray) and r.flags.c_contiguous for r in roots)
+        if not arrays.is_cupy(roots[0]):
+            return False  # numba's device arrays
+        import cupy
+
+        here = cupy.cuda.runtime.getDevice()
+        return all(arrays.is_cupy(r) and r.flags.c_contiguous and r.device.id == here for r in roots)
 
     def take(self, copier: Copier) -> _Batch:
         """Copy every state array into a new buffer (on a GPU, in the current stream's order)."""
