@@ -7,6 +7,7 @@ numba's CUDA support: they are imported the first time a device array is met.
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import weakref
 from typing import Any
@@ -300,6 +301,88 @@ def device_copy(dst: int, src: int, nbytes: int, stream: Any = None) -> None:
     runtime = cupy.cuda.runtime
     stream = cupy.cuda.get_current_stream() if stream is None else stream
     runtime.memcpyAsync(dst, src, nbytes, runtime.memcpyDeviceToDevice, stream.ptr)
+
+
+_SEGMENTS_SOURCE = r"""
+extern "C" __global__ void copy_segments(
+    unsigned long long dst_base, const unsigned long long* dst_offsets,
+    unsigned long long src_base, const unsigned long long* src_offsets, const unsigned long long* sizes)
+{
+    const unsigned long long dst = dst_base + dst_offsets[blockIdx.y];
+    const unsigned long long src = src_base + src_offsets[blockIdx.y];
+    const unsigned long long n = sizes[blockIdx.y];
+    const unsigned long long first = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned long long stride = (unsigned long long)gridDim.x * blockDim.x;
+    unsigned long long done = 0;
+    if (((dst | src) & 15) == 0) {  /* 16-byte words where both ends allow them, bytes for the rest */
+        done = n & ~15ULL;
+        uint4* d = (uint4*)dst;
+        const uint4* s = (const uint4*)src;
+        for (unsigned long long i = first; i < done / 16; i += stride) d[i] = s[i];
+    }
+    char* d = (char*)dst;
+    const char* s = (const char*)src;
+    for (unsigned long long i = done + first; i < n; i += stride) d[i] = s[i];
+}
+"""
+
+SEGMENT_THREADS = 256
+"""Threads per block of the segments' copy kernel."""
+
+MAX_SEGMENTS = 65535
+"""Ranges one ``Segments`` may copy on a GPU: a block row each (CUDA's limit on a grid's second dimension)."""
+
+_segments_kernel: list[Any] = []  # the kernel, compiled (by CuPy's NVRTC) at its first use
+
+
+class Segments:
+    """Byte ranges of memory, of the host or of the current GPU (``device``), at ``addresses`` with
+    ``sizes``, and their places (``offsets``) in one buffer. ``gather`` copies every range into a buffer,
+    ``scatter`` copies a buffer back into them: on a GPU each is one kernel launch in CuPy's current
+    stream, over a table of the ranges put in GPU memory once; on the host one ``memmove`` per range.
+    A checkpointed loop's snapshot of many state arrays is then one operation each way, not one per array."""
+
+    def __init__(self, addresses: list[int], offsets: list[int], sizes: list[int], device: bool) -> None:
+        self.device = device
+        self._ranges = list(zip(addresses, offsets, sizes, strict=True))
+        if not device:
+            return
+        import cupy
+
+        if len(sizes) > MAX_SEGMENTS:
+            raise ValueError(f"pad.arrays.Segments: at most {MAX_SEGMENTS} ranges on a GPU, got {len(sizes)}")
+        table = cupy.asarray(np.array([addresses, offsets, sizes], dtype=np.uint64).reshape(3, -1))
+        self._addresses, self._offsets, self._sizes = table[0], table[1], table[2]
+        words = (
+            max(sizes, default=0) // 16 + 1
+        )  # of the largest range: a thread a 16-byte word, up to a limit
+        self._grid = (min(-(-words // SEGMENT_THREADS), 1024), len(sizes))
+
+    def gather(self, buffer: int) -> None:
+        """Copy every range to its place in the buffer at address ``buffer``."""
+        if self.device:
+            self._launch(buffer, self._offsets, 0, self._addresses)
+            return
+        for address, offset, size in self._ranges:
+            ctypes.memmove(buffer + offset, address, size)
+
+    def scatter(self, buffer: int) -> None:
+        """Copy the buffer at address ``buffer`` back into every range."""
+        if self.device:
+            self._launch(0, self._addresses, buffer, self._offsets)
+            return
+        for address, offset, size in self._ranges:
+            ctypes.memmove(address, buffer + offset, size)
+
+    def _launch(self, dst: int, dst_offsets: Any, src: int, src_offsets: Any) -> None:
+        if not self._ranges:
+            return
+        if not _segments_kernel:
+            import cupy
+
+            _segments_kernel.append(cupy.RawKernel(_SEGMENTS_SOURCE, "copy_segments"))
+        args = (np.uint64(dst), dst_offsets, np.uint64(src), src_offsets, self._sizes)
+        _segments_kernel[0](self._grid, (SEGMENT_THREADS,), args)
 
 
 def _same_block(dst: Any, values: Any) -> bool:

@@ -31,7 +31,8 @@ Mixed end each gap) are then replayed from a record of an earlier one of the sam
 work cannot be replayed (communication over several ranks, tasks) runs as it is. On a GPU, where a replay
 costs microseconds and a recorded step the tape's Python per operation, a memory budget then keeps
 snapshots, not records: each step is recomputed once from its own snapshot where they all fit (the
-snapshots are whole copies, made safe before the step, since a replay runs without the write observer).
+snapshots are whole copies, made safe before the step, since a replay runs without the write observer:
+each one kernel launch into one buffer, and one back to restore it).
 
 ``segment`` keeps only its inputs (copied only if something later overwrites them) and recomputes ``fn`` in
 the reverse pass. Outside ``autodiff`` all three are plain calls; in ``fwddiff`` they carry tangents.

@@ -218,7 +218,8 @@ class Loop:
         self.track()
 
     def adjoint_step(self, t: int) -> None:
-        """Step ``t`` run recorded and reversed at once, as Revolve's and Mixed's schedules end a gap."""
+        """Step ``t`` run recorded and reversed at once, as Revolve's and Mixed's schedules end a gap (and
+        every schedule runs a gap of one step)."""
 
         def run() -> None:
             self.advance(t, record=True)
@@ -314,10 +315,10 @@ class Loop:
         """Snapshot ``n``. Where steps are replayed from records (``keeps_records`` says no), the copy is
         whole and made safe at once, so that the next step may be replayed too (a replay runs without the
         write observer that would settle what the copy leaves out)."""
-        replayed = not self.keeps_records()
-        self.store.take(n, disk=disk, step_follows=not replayed)
-        if replayed:
-            self.store.settle()
+        if self.keeps_records():
+            self.store.take(n, disk=disk)
+        else:
+            self.store.take_whole(n, disk=disk)
         self.track()
 
     def keeps_records(self) -> bool:
@@ -509,11 +510,18 @@ class Loop:
                 self.note("keep-all", 1)
                 t -= 1
                 continue
-            start = max(p for p in self.store.positions() if p <= t)
+            start = t if self.store.holds(t) else max(p for p in self.store.positions() if p <= t)
             for k in range(start, t):  # records of a schedule given up: the gap's schedule makes its own
                 self.records.pop(k, None)
             self.store.restore(start, drop=False)
             choice = self.plan(start, t + 1 - start)
+            if start == t:  # one step: every schedule runs it recorded and reverses it (``Sweep._adjoint``)
+                self.adjoint_step(t)
+                self.stop_reverse(t)
+                self.note(choice.name, 1)
+                self.drop(start)
+                t -= 1
+                continue
             sweep = Sweep(
                 self, choice, start, held=True, watch_sizes=self.opts.memory is not None, in_reverse=True
             )

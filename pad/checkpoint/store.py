@@ -8,6 +8,10 @@ first write to an array until its copy is done (on a GPU the compute stream wait
 host does not). An array first overwritten after snapshots were taken is added to them, before the write,
 with the value it still holds.
 
+A whole snapshot that must be safe at once (``take_whole``: the steps after it are replayed, without the
+observer) is one batch instead: one buffer and one copy of every state array into it (``_Gather``; on a GPU
+one kernel launch in the compute stream's order), and one copy back to restore it.
+
 A snapshot holds only what step ``n`` reads. When the first thing step ``n`` does to a state array is a
 launch that overwrites a range of it without reading it (``y[i + c] = ...``, the kernel never reading
 ``y``: ``Variant.overwrites``), that range is left out. Whether it is, is known only when the launch comes;
@@ -198,7 +202,7 @@ class Copier:
         size = a.size - (0 if hole is None else hole[1] - hole[0])
         if isinstance(a, np.ndarray):
             shape = a.shape if hole is None else (size,)
-            out = self._buffer(shape, a.dtype)
+            out = self.buffer(shape, a.dtype)
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pad-snapshot")
             flat = a if hole is None else a.reshape(-1)
@@ -224,7 +228,8 @@ class Copier:
             return _Copy(block, event=done)
         return _Copy(arrays.copy(a))  # numba device arrays: no views for holes (``span`` gives none)
 
-    def _buffer(self, shape: tuple, dtype: Any) -> np.ndarray:
+    def buffer(self, shape: tuple, dtype: Any) -> np.ndarray:
+        """A host buffer: a dropped snapshot's of this shape (``recycle``), or a new one."""
         with self._lock:
             spare = self._spare.get((shape, np.dtype(dtype).str))
             if spare:
@@ -329,31 +334,156 @@ class _Tally:
                 self.disk -= saved.nbytes
 
 
-class Snapshot(dict):
-    """The copies of one snapshot by root (``Store.held[n]``), counted in the store's tally as they change.
-    Changed only by item assignment and ``pop``."""
+class _Batch(Saved):
+    """A whole snapshot of every state array in one buffer, made by one operation (``_Gather.take``): held
+    by its ``Snapshot`` as one copy until a copy of one array is asked for (``split``)."""
+
+    __slots__ = ("address", "gather", "stream")
+
+    def __init__(self, gather: _Gather, buffer: Any, stream: Any) -> None:
+        super().__init__(_Copy(buffer), (gather.reserve,), np.uint8, None, gather.nbytes)
+        self.gather, self.stream = gather, stream
+        self.address = int(buffer.ptr) if stream is not None else buffer.__array_interface__["data"][0]
+
+    def ordered(self) -> None:
+        """Make work queued from now on in CuPy's current stream follow the copy (queued in the stream that
+        was current when it was made; nothing to do if that is the current one, or on the host)."""
+        if self.stream is None:
+            return
+        import cupy
+
+        now = cupy.cuda.get_current_stream()
+        if now.ptr != self.stream.ptr:
+            now.wait_event(self.stream.record())
+
+    def split(self) -> list[tuple[int, Saved]]:
+        """A copy of each state array, each a part of this buffer."""
+        g, buffer = self.gather, self.copy.buffer  # type: ignore[union-attr]
+        event = None if self.stream is None else self.stream.record()  # the copy is done by then
+        out = []
+        for k, shape, dtype, offset, size in zip(g.keys, g.shapes, g.dtypes, g.offsets, g.sizes, strict=True):
+            if event is None:
+                part = _Copy(buffer[offset : offset + size].view(dtype).reshape(shape))
+            else:
+                part = _Copy(_Block(buffer, offset, shape, dtype, size), event=event)
+            out.append((k, Saved(part, shape, dtype, None, size)))
+        return out
+
+
+class _Gather:
+    """How a whole snapshot of the store's state arrays (all NumPy or all CuPy arrays, C-contiguous) is made
+    and put back, each way one operation (``arrays.Segments``): their places in one buffer, worked out once
+    for a set of state arrays (the store's ``version``). numba's device arrays (the CUDA simulator's) have
+    none: their copies are made one by one (``Copier.start``)."""
+
+    def __init__(self, version: int, keys: list[int], refs: list[weakref.ref], roots: list[Any]) -> None:
+        self.version, self.keys, self.refs = version, keys, refs
+        self.keyset = frozenset(keys)
+        self.shapes = [tuple(r.shape) for r in roots]
+        self.dtypes = [r.dtype for r in roots]
+        self.sizes = [int(r.nbytes) for r in roots]
+        self.offsets, self.reserve = [], 0
+        for r in roots:
+            self.offsets.append(self.reserve)
+            self.reserve += _aligned(r, None)
+        self.nbytes = sum(self.sizes)
+        self.device = bool(roots) and arrays.is_cupy(roots[0])
+        addresses = [arrays.address(r) for r in roots]
+        self.segments = arrays.Segments(addresses, self.offsets, self.sizes, self.device)
+
+    @staticmethod
+    def fits(roots: list[Any]) -> bool:
+        """Whether ``roots`` can be copied as one batch: C-contiguous NumPy arrays, or C-contiguous CuPy
+        arrays of the current GPU (the kernel's)."""
+        if not roots or len(roots) > arrays.MAX_SEGMENTS:
+            return False
+        if isinstance(roots[0], np.ndarray):
+            return all(isinstance(r, np.ndarray) and r.flags.c_contiguous for r in roots)
+        if not arrays.is_cupy(roots[0]):
+            return False  # numba's device arrays
+        import cupy
+
+        here = cupy.cuda.runtime.getDevice()
+        return all(arrays.is_cupy(r) and r.flags.c_contiguous and r.device.id == here for r in roots)
+
+    def take(self, copier: Copier) -> _Batch:
+        """Copy every state array into a new buffer (on a GPU, in the current stream's order)."""
+        if self.device:
+            import cupy
+
+            batch = _Batch(self, cupy.cuda.alloc(self.reserve), cupy.cuda.get_current_stream())
+        else:
+            batch = _Batch(self, copier.buffer((self.reserve,), np.uint8), None)
+        self.segments.gather(batch.address)
+        return batch
+
+    def roots(self) -> list[Any] | None:
+        """The state arrays, or None if one has died or changed its shape since (the store has not purged it
+        yet): the table is stale."""
+        roots = [ref() for ref in self.refs]
+        if any(r is None for r in roots) or [r.shape for r in roots] != self.shapes:  # type: ignore[union-attr]
+            return None
+        return roots
+
+
+class Snapshot:
+    """The copies of one snapshot by root (``Store.held[n]``), counted in the store's tally as they change:
+    a copy per root, or one ``_Batch`` of the state arrays there were when it was taken and a copy per root
+    of those found since. A batch is split into copies per root when one of its own is asked for or
+    changed."""
 
     def __init__(self, tally: _Tally, step: bool) -> None:
-        super().__init__()
         self._tally, self._step = tally, step
+        self._saved: dict[int, Saved] = {}
+        self.batch: _Batch | None = None
         self.nbytes = 0
 
+    def hold(self, batch: _Batch) -> None:
+        """Hold ``batch`` (the snapshot is empty)."""
+        self.batch = batch
+        self._count(batch)
+
+    def _split(self, k: int) -> None:
+        """Split the batch into copies per root if it holds root ``k``'s."""
+        batch = self.batch
+        if batch is None or k not in batch.gather.keyset:
+            return
+        self.batch = None
+        self._forget(batch)
+        for key, saved in batch.split():
+            self._saved[key] = saved
+            self._count(saved)
+
+    def __contains__(self, k: int) -> bool:
+        return k in self._saved or (self.batch is not None and k in self.batch.gather.keyset)
+
+    def __getitem__(self, k: int) -> Saved:
+        self._split(k)
+        return self._saved[k]
+
+    def get(self, k: int) -> Saved | None:
+        self._split(k)
+        return self._saved.get(k)
+
     def __setitem__(self, k: int, saved: Saved) -> None:
-        old = self.get(k)
-        super().__setitem__(k, saved)
-        self._tally.add(saved, self._step)
-        self.nbytes += saved.nbytes
+        self._split(k)
+        old = self._saved.get(k)
+        self._saved[k] = saved
+        self._count(saved)
         if old is not None:
             self._forget(old)
-        if self._step:
-            self._tally.largest = max(self._tally.largest, self.nbytes)
 
-    def pop(self, k: int, *default: Any) -> Any:  # type: ignore[override]
-        if k not in self:
-            return default[0] if default else super().pop(k)
-        saved = super().pop(k)
+    def pop(self, k: int) -> Saved:
+        self._split(k)
+        saved = self._saved.pop(k)
         self._forget(saved)
         return saved
+
+    def _count(self, saved: Saved) -> None:
+        self._tally.add(saved, self._step)
+        self.nbytes += saved.nbytes
+        if self._step:
+            self._tally.largest = max(self._tally.largest, self.nbytes)
 
     def _forget(self, saved: Saved) -> None:
         self._tally.remove(saved, self._step)
@@ -361,9 +491,11 @@ class Snapshot(dict):
 
     def release(self) -> list[Saved]:
         """Let every copy go from the tally (the snapshot is dropped); returns them."""
-        copies = list(self.values())
+        copies = list(self._saved.values()) + ([] if self.batch is None else [self.batch])
         for saved in copies:
             self._forget(saved)
+        self._saved.clear()
+        self.batch = None
         return copies
 
 
@@ -401,6 +533,12 @@ class Store:
         self._thread = threading.get_ident()
         self._lock = threading.RLock()
         self.joined = 0  # state arrays found so far (a step that finds one does more than its replays would)
+        # changes when the state arrays or the ranges their first touches leave unread do; what is worked
+        # out from them is kept for it: their bytes and a snapshot's now, and how to copy them in one batch
+        self._version = 0
+        self._measured = (-1, 0, 0)
+        self._gather: tuple[int, _Gather | None] = (-1, None)
+        self._restoring = False  # ``restore`` is announcing its writes: the observer has nothing to do
 
     # -- roots ---------------------------------------------------------------------------------------
     def _forget(self, key: int) -> Callable[[Any], None]:
@@ -418,6 +556,7 @@ class Store:
             key = self._dead.pop()
             self._roots.pop(key, None)
             self._predicted.pop(key, None)
+            self._version += 1
             self._unsettled.discard(key)
             for copies in self._inflight.pop(key, []):
                 copies.result()
@@ -433,8 +572,35 @@ class Store:
         self._purge()
         return [r for ref in list(self._roots.values()) if (r := ref()) is not None]
 
+    def _sizes(self) -> tuple[int, int]:
+        """The state arrays' bytes, and those a snapshot of them taken now holds (less what their first
+        touches left unread last time), worked out once for each version of them."""
+        with self._lock:
+            self._purge()
+            if self._measured[0] != self._version:
+                total = now = 0
+                for k, ref in list(self._roots.items()):
+                    r, hole = ref(), self._predicted.get(k)
+                    if r is not None:
+                        total += r.nbytes
+                        now += r.nbytes - (0 if hole is None else (hole[1] - hole[0]) * r.itemsize)
+                self._measured = (self._version, total, now)
+            return self._measured[1], self._measured[2]
+
     def state_bytes(self) -> int:
-        return sum(r.nbytes for r in self.roots())
+        return self._sizes()[0]
+
+    def _gathered(self) -> _Gather | None:
+        """How to copy the state arrays in one batch, worked out once for each version of them (None: they
+        do not allow it)."""
+        version, gather = self._gather
+        if version != self._version:
+            live = [(k, ref, r) for k, ref in list(self._roots.items()) if (r := ref()) is not None]
+            roots = [r for _, _, r in live]
+            keys, refs = [k for k, _, _ in live], [ref for _, ref, _ in live]
+            gather = _Gather(self._version, keys, refs, roots) if _Gather.fits(roots) else None
+            self._gather = (self._version, gather)
+        return gather
 
     # -- copies --------------------------------------------------------------------------------------
     def _start(self, r: Any, hole: Hole | None, disk: bool) -> Saved:
@@ -476,6 +642,19 @@ class Store:
         """A new, empty snapshot ``n`` (the final state's copy: -1), held."""
         snap = self.held[n] = Snapshot(self._tally, step=n >= 0)
         return snap
+
+    def take_whole(self, n: int, disk: bool = False) -> None:
+        """Snapshot ``n`` of every state array, whole and made safe for any write at once, so that the steps
+        after it may run without the write observer (replays). In memory, where the state arrays allow it
+        (``_Gather``), one operation makes it: on a GPU one kernel launch, in the current stream's order."""
+        with self._lock:
+            self._purge()
+            gather = None if disk else self._gathered()
+            if gather is None:
+                self.take(n, disk=disk, step_follows=False)
+            else:
+                self._snapshot(n).hold(gather.take(self._copier))
+            self.settle()
 
     def take(self, n: int, disk: bool = False, step_follows: bool = True) -> None:
         """Start snapshot ``n`` of every state array. ``step_follows``: step ``n`` runs next, inside
@@ -528,6 +707,7 @@ class Store:
                     if r is not None:
                         self._replace(n, k, r, None)
                         self._predicted[k] = None
+                        self._version += 1
                 for k, hole in self._trims.items():
                     self._trim(n, k, hole)
             self._unsettled.clear()
@@ -572,6 +752,8 @@ class Store:
     def capture(self, targets: list[Any], access: Any) -> None:
         """Observer of writes: before ``targets`` change, copies reading them are done, new state arrays
         join every held snapshot, and the running step's snapshot gets what this first write reads."""
+        if self._restoring:  # its own roots, outside any step: ``restore`` waits for the copies reading them
+            return
         with self._lock:
             self._purge()
             if not isinstance(access, LaunchAccess) or threading.get_ident() != self._thread:
@@ -601,7 +783,9 @@ class Store:
                 self._replace(self._owed, k, r, actual)  # type: ignore[arg-type]
         elif actual is not None and saved.hole is None:
             self._trims[k] = actual
-        self._predicted[k] = actual
+        if self._predicted.get(k) != actual:
+            self._predicted[k] = actual
+            self._version += 1
 
     def _launch_holes(self, access: LaunchAccess) -> dict[int, Hole]:
         """The ranges of state arrays that this launch, their first touch in the step, overwrites unread."""
@@ -633,6 +817,7 @@ class Store:
         except TypeError:  # an array type without weak references: not state (as before)
             return
         self._predicted[k] = hole if self._owed is not None else None
+        self._version += 1
         self._touched.add(k)
         shared: dict[bool, Saved] = {}
         for n, snap in self.held.items():
@@ -648,6 +833,7 @@ class Store:
         """Make ``r`` a state array (a resumed run's, before its steps announce it)."""
         if not self._known(r):
             self._roots[id(r)] = weakref.ref(r, self._forget(id(r)))
+            self._version += 1
 
     def put(self, n: int, r: Any, data: np.ndarray, hole: Hole | None) -> None:
         """Give snapshot ``n`` the saved ``data`` of state array ``r`` (a resumed run's)."""
@@ -662,24 +848,42 @@ class Store:
         return sorted(k for k in self.held if k >= 0)
 
     def restore(self, n: int, drop: bool) -> None:
-        """Put the state back as it was at step ``n`` (and forget that snapshot if ``drop``)."""
+        """Put the state back as it was at step ``n`` (and forget that snapshot if ``drop``): a batch in one
+        operation (while its state arrays live and keep their shapes), other copies array by array."""
         with self._lock:
             self._purge()
             snap = self.held[n]
-            pairs = [
-                (self._ctx.writable(r), snap[k])  # arrays under differentiation are read-only to the program
-                for k, ref in list(self._roots.items())
-                if (r := ref()) is not None and k in snap
-            ]
+            batch = snap.batch
+            roots = [] if batch is None else batch.gather.roots()
+            if roots is None:  # one of the batch's arrays died or changed: array by array, all of them
+                batch, roots = None, []
+            pairs: list[tuple[Any, Saved]] = []
+            if batch is None or batch.gather.version != self._version:  # state arrays found since
+                skip = frozenset() if batch is None else batch.gather.keyset
+                for k, ref in list(self._roots.items()):
+                    r = ref()
+                    if r is not None and k not in skip and k in snap:
+                        pairs.append((r, snap[k]))
         for r, saved in pairs:
             if tuple(r.shape) != saved.shape:
                 raise ValueError(
                     f"pad.checkpoint: an array of the loop state changed shape from {saved.shape} to "
                     f"{r.shape}; a checkpointed step must keep the shapes of its arrays"
                 )
-        self._ctx.will_write([r for r, _ in pairs])
+        targets = roots + [r for r, _ in pairs]
+        self._restoring = True
+        try:
+            self._ctx.will_write(targets)
+        finally:
+            self._restoring = False
+        if self._inflight:
+            for r in targets:
+                self._before_write(r)
+        if batch is not None:
+            batch.ordered()
+            batch.gather.segments.scatter(batch.address)
         for r, saved in pairs:
-            saved.restore_into(r)
+            saved.restore_into(self._ctx.writable(r))  # arrays under differentiation are read-only
         if drop:
             self.drop(n)
 
@@ -736,13 +940,7 @@ class Store:
     def largest_snapshot(self) -> int:
         """Bytes of the largest snapshot of a step held so far, or of one taken now (what the state arrays
         known so far less what their first touches left unread last time), if larger."""
-        with self._lock:
-            now = 0
-            for k, ref in list(self._roots.items()):
-                r, hole = ref(), self._predicted.get(k)
-                if r is not None:
-                    now += r.nbytes - (0 if hole is None else (hole[1] - hole[0]) * r.itemsize)
-        return max(self._tally.largest, now)
+        return max(self._tally.largest, self._sizes()[1])
 
     def disk_bytes(self) -> int:
         return self._tally.disk

@@ -15,6 +15,8 @@ import pad
 from pad import arrays
 from pad.parallel import _run
 from tests.gpu.test_corpus_cuda import SIMULATED, _gpu_available, device
+from tests.unit.test_checkpoint_replay import check_segments
+from tests.unit.test_checkpoint_replay import gradient as loop_gradient
 from tests.unit.test_graph import check_replayed_gradient
 
 pytestmark = [
@@ -469,6 +471,27 @@ def test_array_operations_on_the_device():
 def test_a_differentiated_step_replays_on_the_device():
     """On a GPU the record is one CUDA graph: the adjoints' tapes are allocated while it is captured."""
     check_replayed_gradient(device, arrays.to_host)
+
+
+@pytest.mark.skipif(
+    SIMULATED, reason="a batch of GPU ranges is CuPy's; the simulator's arrays are copied one by one"
+)
+def test_segments_copy_gpu_ranges_into_one_buffer_and_back():
+    """One kernel launch gathers every range into a buffer, one scatters it back: 16-byte words, byte tails
+    and an unaligned range."""
+    check_segments(device, arrays.to_host, device=True)
+
+
+def test_a_replayed_checkpointed_loop_on_the_device_agrees_with_the_cpu():
+    """On a GPU a replayed loop keeps a whole snapshot of every step (one kernel launch each way) and
+    replays its forward and adjoint steps: its gradient is the CPU's that kept every step's records (up
+    to the order of the adjoint's atomic adds)."""
+    want, _, _ = loop_gradient(None, memory=10**6)
+    got, stats, _ = loop_gradient(lambda t: t == 0, memory=10**6, while_=True, put=device, get=arrays.to_host)
+    for a, b in zip(want, got, strict=True):
+        np.testing.assert_allclose(b, a, rtol=1e-12)
+    if not SIMULATED:  # the simulator's numba arrays keep records
+        assert not stats.records and stats.replayed >= 15 and stats.replayed_forward >= 15
 
 
 def test_a_tape_sized_on_the_host_is_not_replayed():

@@ -9,6 +9,7 @@ import pytest
 
 import pad
 import pad.checkpoint
+from pad import arrays
 
 
 @pad.kernel
@@ -29,11 +30,16 @@ def step(t, x, y, c):
     pad.launch(mix, 8, x, y)
 
 
-def gradient(replay, snapshots=None, memory=None, nsteps=20, expected=None, while_=False):
+def gradient(
+    replay, snapshots=None, memory=None, nsteps=20, expected=None, while_=False, put=np.copy, get=None
+):
     """The loop's state after it and its gradient, its stats, and how often the condition was asked
-    (``while_``: a ``while_loop`` whose condition counts its calls, as a replayed step's Python cannot)."""
-    x, y, c = np.linspace(0.1, 1.0, 8), np.ones(8), np.array([0.7])
-    dx, dy, dc = np.zeros(8), np.arange(8.0) + 1.0, np.zeros(1)
+    (``while_``: a ``while_loop`` whose condition counts its calls, as a replayed step's Python cannot).
+    The arrays are ``put(numpy array)`` (a device's), read back with ``get``."""
+    x, y, c, dx, dy, dc = map(
+        put,
+        (np.linspace(0.1, 1.0, 8), np.ones(8), np.array([0.7]), np.zeros(8), np.arange(8.0) + 1, np.zeros(1)),
+    )
     stats, asked = pad.checkpoint.Stats(), [0]
 
     def more(*_):
@@ -48,7 +54,7 @@ def gradient(replay, snapshots=None, memory=None, nsteps=20, expected=None, whil
             pad.checkpoint.loop(step, nsteps, x, y, c, **opts)
 
     pad.autodiff(run, pad.Dup(x, dx), pad.Dup(y, dy), pad.Dup(c, dc))
-    return [x, y, dx, dy, dc], stats, asked[0]
+    return [(get or np.asarray)(a) for a in (x, y, dx, dy, dc)], stats, asked[0]
 
 
 @pytest.mark.parametrize("snapshots", [1, 3, 5])
@@ -127,3 +133,72 @@ def test_the_condition_is_asked_once_a_step_whatever_the_plan(monkeypatch, recor
         monkeypatch.setattr(pad.checkpoint.Loop, "keeps_records", lambda self: False)
     _, _, asked = gradient(None, memory=memory, expected=20, while_=True)
     assert asked == 21
+
+
+def check_segments(put, get, device):
+    """``arrays.Segments`` copies ranges of every size and alignment into one buffer and back: a whole
+    snapshot's batch (``device``: GPU memory, ``put``/``get`` its arrays)."""
+    rng = np.random.default_rng(3)
+    kinds = ((1, "f8"), (27, "f8"), (1000, "f4"), (3, "i2"), (4099, "u1"))  # byte tails of 8, 8, 0, 6, 3
+    values = [rng.uniform(1, 100, n).astype(t) for n, t in kinds]
+    ranges = [put(v) for v in values]
+    base = put(rng.uniform(size=40))  # a range 8 bytes past a 16-byte boundary, and its last 8 bytes past it
+    ranges.append(base[1:39])
+    values.append(get(base)[1:39])
+    addresses = [arrays.address(r) for r in ranges]
+    sizes = [int(r.nbytes) for r in ranges]
+    offsets = list(np.cumsum([0, *(-(-n // 256) * 256 for n in sizes)])[:-1])
+    segments = arrays.Segments(addresses, [int(o) for o in offsets], sizes, device)
+    buffer = put(np.zeros(sum(-(-n // 256) * 256 for n in sizes), np.uint8))
+    segments.gather(arrays.address(buffer))
+    packed = get(buffer)
+    for v, o, n in zip(values, offsets, sizes, strict=True):
+        assert packed[o : o + n].tobytes() == v.tobytes()
+    for r in [*ranges, base]:
+        r[...] = 0
+    segments.scatter(arrays.address(buffer))
+    for r, v in zip(ranges, values, strict=True):
+        np.testing.assert_array_equal(get(r), v)
+    assert get(base)[0] == 0 and get(base)[39] == 0  # nothing outside the ranges is written
+
+
+def test_segments_copy_ranges_into_one_buffer_and_back():
+    check_segments(np.array, np.asarray, device=False)
+
+
+@pad.kernel
+def feed(i, z, y):
+    z[i] = z[i] + 0.5 * y[i]
+    y[i] = y[i] - 0.1 * z[i]
+
+
+def test_a_state_array_found_late_joins_the_batched_snapshots(monkeypatch):
+    """Where every step holds a whole snapshot taken as one batch (records not kept; forced here), an array
+    the steps first overwrite at step 5 joins the snapshots held beside their batches: restores put back
+    both, and the gradient has the bits of a run that kept every step's records."""
+    z = np.zeros(8)
+
+    def late(t, x, y, c):
+        step(t, x, y, c)
+        if t >= 5:
+            pad.launch(feed, 8, z, y)
+
+    def gradient_of(replay):
+        z[...] = 0.0
+        x, y, c = np.linspace(0.1, 1.0, 8), np.ones(8), np.array([0.7])
+        dx, dy, dc = np.zeros(8), np.arange(8.0) + 1.0, np.zeros(1)
+        stats = pad.checkpoint.Stats()
+        pad.autodiff(
+            lambda x, y, c: pad.checkpoint.loop(late, 20, x, y, c, memory=10**6, stats=stats, replay=replay),
+            pad.Dup(x, dx), pad.Dup(y, dy), pad.Dup(c, dc),
+        )  # fmt: skip
+        return [x, y, z.copy(), dx, dy, dc], stats
+
+    want, _ = gradient_of(None)
+    monkeypatch.setattr(pad.checkpoint.Loop, "keeps_records", lambda self: False)
+    scattered, real = [], arrays.Segments.scatter
+    monkeypatch.setattr(arrays.Segments, "scatter", lambda self, b: scattered.append(b) or real(self, b))
+    got, stats = gradient_of(lambda t: (t == 0, t >= 5))
+    for a, b in zip(want, got, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert stats.replayed > 0 and len(scattered) >= 15  # restored as batches, the first five with z beside

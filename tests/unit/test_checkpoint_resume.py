@@ -102,6 +102,22 @@ def test_a_time_limit_resumes_to_the_same_gradient_bits(tmp_path, name, after):
     assert same_bits(got, want) and stats.sessions == 2
 
 
+@pytest.mark.parametrize("after", [3, 20, 40])
+def test_a_replayed_loop_of_whole_snapshots_resumes_to_the_same_gradient_bits(tmp_path, monkeypatch, after):
+    """Where steps' records are not kept (a GPU's replayed loop; forced here on the CPU), every step holds a
+    whole snapshot taken as one batch: stopped in either pass, the run saves them and resumes to the bits
+    of a run that kept every step's records."""
+    want, _ = grads(while_=False)
+    monkeypatch.setattr(checkpoint.Loop, "keeps_records", lambda self: False)
+    opts = {"memory": 10**6, "while_": False, "replay": lambda t: t % 3}
+    with checkpoint.Resumable(tmp_path, time_limit=1.0) as r:
+        r.clock = Clock(after)
+        with pytest.raises(checkpoint.Stopped):
+            grads(resumable=r, **opts)
+    got, stats = finish(tmp_path, [], **opts)
+    assert same_bits(got, want) and stats.sessions == 2 and stats.replayed > 0
+
+
 @pytest.mark.parametrize("name", ["keep-all", "memory", "loop-snapshots"])
 def test_several_stops_in_both_passes(tmp_path, name):
     opts = OPTIONS[name]
