@@ -10,7 +10,7 @@ One cycle (the original's ``TimeIncrement`` then ``LagrangeLeapFrog``), in launc
 1. ``k_dt_candidate`` -> ``Allreduce`` MIN over ranks -> ``k_time_increment``
 2. ``k_element_forces`` (stress and hourglass forces per corner) -> ``k_gather_forces`` (per node) ->
    halo sum of the forces -> ``k_advance_nodes`` -> halo copy of positions and velocities
-3. ``k_kinematics`` -> ``k_monoq_gradients`` -> ghost exchange of the velocity gradients -> ``k_monoq``
+3. ``k_kinematics`` (with the monotonic Q's gradients) -> ghost exchange of the velocity gradients -> ``k_monoq``
    -> ``k_eos`` -> ``k_update_volumes``
 4. ``k_time_constraints`` (per chunk of elements) -> ``k_min_chunks`` (GPUs: a tree) -> ``k_time_reduce``
 """
@@ -264,11 +264,8 @@ class Hydro:
         m = self.mesh
         pad.launch(
             K.k_kinematics, m.nelem, self.nodelist, s.xv, s.volo, s.v, s.clock, self.vnew, self.delv,
-            self.arealg, self.vdov, self.fault, self.earlier, self.flag,
+            self.arealg, self.vdov, self.delx, self.delv_grad, self.fault, self.earlier, self.flag,
         )  # fmt: skip
-        pad.launch(
-            K.k_monoq_gradients, m.nelem, self.nodelist, s.xv, s.volo, self.vnew, self.delx, self.delv_grad
-        )
         self.ghost_halo.exchange(self.delv_grad, "copy")
         pad.launch(
             K.k_monoq, m.nelem, self.neighbours, self.delv_grad, self.delx, self.vdov, s.elem_mass, s.volo,

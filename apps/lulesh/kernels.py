@@ -534,71 +534,10 @@ def k_advance_nodes(n, clock, f, nodal_mass, symmetry, xv):
 
 
 # ------------------------------------------------------------------------------------ element phase
-@pad.kernel
-def k_kinematics(i, nodelist, xv, volo, v, clock, vnew, delv, arealg, vdov, fault, earlier, flag):
-    """New relative volume, its change, the characteristic length and the volumetric strain rate
-    (CalcKinematicsForElems and the rest of CalcLagrangeElements)."""
-    x = pad.local_array(8)
-    y = pad.local_array(8)
-    z = pad.local_array(8)
-    xd = pad.local_array(8)
-    yd = pad.local_array(8)
-    zd = pad.local_array(8)
-    bx = pad.local_array(8)
-    by = pad.local_array(8)
-    bz = pad.local_array(8)
-    gather(nodelist, i, xv, 0, x)
-    gather(nodelist, i, xv, 1, y)
-    gather(nodelist, i, xv, 2, z)
-    volume = elem_volume(x, y, z)
-    relative = volume / volo[i]
-    vnew[i] = relative
-    delv[i] = relative - v[i]
-    arealg[i] = characteristic_length(x, y, z, volume)
-    gather(nodelist, i, xv, 3, xd)
-    gather(nodelist, i, xv, 4, yd)
-    gather(nodelist, i, xv, 5, zd)
-    dt2 = 0.5 * clock[DT]
-    xh = pad.local_array(8)  # the corners half a step back
-    yh = pad.local_array(8)
-    zh = pad.local_array(8)
-    for k in range(8):
-        xh[k] = x[k] - dt2 * xd[k]
-        yh[k] = y[k] - dt2 * yd[k]
-        zh[k] = z[k] - dt2 * zd[k]
-    detj = shape_derivatives(xh, yh, zh, bx, by, bz)
-    inv = 1.0 / detj
-    dxx = inv * (
-        bx[0] * (xd[0] - xd[6]) + bx[1] * (xd[1] - xd[7]) + bx[2] * (xd[2] - xd[4]) + bx[3] * (xd[3] - xd[5])
-    )
-    dyy = inv * (
-        by[0] * (yd[0] - yd[6]) + by[1] * (yd[1] - yd[7]) + by[2] * (yd[2] - yd[4]) + by[3] * (yd[3] - yd[5])
-    )
-    dzz = inv * (
-        bz[0] * (zd[0] - zd[6]) + bz[1] * (zd[1] - zd[7]) + bz[2] * (zd[2] - zd[4]) + bz[3] * (zd[3] - zd[5])
-    )
-    vdov[i] = dxx + dyy + dzz
-    if relative <= 0.0:
-        count_fault(fault, earlier, flag, i, VNEW)
-
-
-@pad.kernel
-def k_monoq_gradients(i, nodelist, xv, volo, vnew, delx, delv_grad):
+@pad.func
+def monoq_gradients(i, x, y, z, xd, yd, zd, vol, delx, delv_grad):
     """Velocity and position gradients along the element's three logical axes
     (CalcMonotonicQGradientsForElems)."""
-    x = pad.local_array(8)
-    y = pad.local_array(8)
-    z = pad.local_array(8)
-    xd = pad.local_array(8)
-    yd = pad.local_array(8)
-    zd = pad.local_array(8)
-    gather(nodelist, i, xv, 0, x)
-    gather(nodelist, i, xv, 1, y)
-    gather(nodelist, i, xv, 2, z)
-    gather(nodelist, i, xv, 3, xd)
-    gather(nodelist, i, xv, 4, yd)
-    gather(nodelist, i, xv, 5, zd)
-    vol = volo[i] * vnew[i]
     norm = 1.0 / (vol + PTINY)
     dxj = -0.25 * ((x[0] + x[1] + x[5] + x[4]) - (x[3] + x[2] + x[6] + x[7]))
     dyj = -0.25 * ((y[0] + y[1] + y[5] + y[4]) - (y[3] + y[2] + y[6] + y[7]))
@@ -648,6 +587,58 @@ def k_monoq_gradients(i, nodelist, xv, volo, vnew, delx, delv_grad):
     dyv = -0.25 * ((yd[0] + yd[1] + yd[5] + yd[4]) - (yd[3] + yd[2] + yd[6] + yd[7]))
     dzv = -0.25 * ((zd[0] + zd[1] + zd[5] + zd[4]) - (zd[3] + zd[2] + zd[6] + zd[7]))
     delv_grad[1, i] = ax * dxv + ay * dyv + az * dzv
+
+
+@pad.kernel
+def k_kinematics(
+    i, nodelist, xv, volo, v, clock, vnew, delv, arealg, vdov, delx, delv_grad, fault, earlier, flag
+):
+    """New relative volume, its change, the characteristic length, the volumetric strain rate
+    (CalcKinematicsForElems and the rest of CalcLagrangeElements) and the monotonic Q's gradients, from one
+    gather of the corners (as LLNL's CUDA port fuses them)."""
+    x = pad.local_array(8)
+    y = pad.local_array(8)
+    z = pad.local_array(8)
+    xd = pad.local_array(8)
+    yd = pad.local_array(8)
+    zd = pad.local_array(8)
+    bx = pad.local_array(8)
+    by = pad.local_array(8)
+    bz = pad.local_array(8)
+    gather(nodelist, i, xv, 0, x)
+    gather(nodelist, i, xv, 1, y)
+    gather(nodelist, i, xv, 2, z)
+    volume = elem_volume(x, y, z)
+    relative = volume / volo[i]
+    vnew[i] = relative
+    delv[i] = relative - v[i]
+    arealg[i] = characteristic_length(x, y, z, volume)
+    gather(nodelist, i, xv, 3, xd)
+    gather(nodelist, i, xv, 4, yd)
+    gather(nodelist, i, xv, 5, zd)
+    monoq_gradients(i, x, y, z, xd, yd, zd, volo[i] * relative, delx, delv_grad)
+    dt2 = 0.5 * clock[DT]
+    xh = pad.local_array(8)  # the corners half a step back
+    yh = pad.local_array(8)
+    zh = pad.local_array(8)
+    for k in range(8):
+        xh[k] = x[k] - dt2 * xd[k]
+        yh[k] = y[k] - dt2 * yd[k]
+        zh[k] = z[k] - dt2 * zd[k]
+    detj = shape_derivatives(xh, yh, zh, bx, by, bz)
+    inv = 1.0 / detj
+    dxx = inv * (
+        bx[0] * (xd[0] - xd[6]) + bx[1] * (xd[1] - xd[7]) + bx[2] * (xd[2] - xd[4]) + bx[3] * (xd[3] - xd[5])
+    )
+    dyy = inv * (
+        by[0] * (yd[0] - yd[6]) + by[1] * (yd[1] - yd[7]) + by[2] * (yd[2] - yd[4]) + by[3] * (yd[3] - yd[5])
+    )
+    dzz = inv * (
+        bz[0] * (zd[0] - zd[6]) + bz[1] * (zd[1] - zd[7]) + bz[2] * (zd[2] - zd[4]) + bz[3] * (zd[3] - zd[5])
+    )
+    vdov[i] = dxx + dyy + dzz
+    if relative <= 0.0:
+        count_fault(fault, earlier, flag, i, VNEW)
 
 
 @pad.func
