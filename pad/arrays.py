@@ -353,9 +353,8 @@ class Segments:
             raise ValueError(f"pad.arrays.Segments: at most {MAX_SEGMENTS} ranges on a GPU, got {len(sizes)}")
         table = cupy.asarray(np.array([addresses, offsets, sizes], dtype=np.uint64).reshape(3, -1))
         self._addresses, self._offsets, self._sizes = table[0], table[1], table[2]
-        words = (
-            max(sizes, default=0) // 16 + 1
-        )  # of the largest range: a thread a 16-byte word, up to a limit
+        # a thread a 16-byte word of the largest range, up to a limit of blocks a row
+        words = max(sizes, default=0) // 16 + 1
         self._grid = (min(-(-words // SEGMENT_THREADS), 1024), len(sizes))
 
     def gather(self, buffer: int) -> None:
