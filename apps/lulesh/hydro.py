@@ -11,7 +11,7 @@ One cycle (the original's ``TimeIncrement`` then ``LagrangeLeapFrog``), in launc
 2. ``k_element_forces`` (stress and hourglass forces per corner) -> ``k_gather_forces`` (per node) ->
    halo sum of the forces -> ``k_advance_nodes`` -> halo copy of positions and velocities
 3. ``k_kinematics`` (with the monotonic Q's gradients) -> ghost exchange of the velocity gradients -> ``k_monoq``
-   -> ``k_eos`` -> ``k_update_volumes``
+   -> ``k_eos`` (with the volumes' update)
 4. ``k_time_constraints`` (per chunk of elements) -> ``k_min_chunks`` (GPUs: a tree) -> ``k_time_reduce``
 """
 
@@ -275,7 +275,6 @@ class Hydro:
             K.k_eos, m.nelem, self.rep, s.v, self.vnew, self.delv, self.qq, self.ql, s.e, s.p, s.q, s.ss,
             self.e_new, self.p_new, self.q_new, self.fault, self.earlier, self.flag,
         )  # fmt: skip
-        pad.launch(K.k_update_volumes, m.nelem, self.vnew, s.v)
 
     def time_constraints(self, s: State) -> None:
         first, last = self.partials[0], self.partials[-1]

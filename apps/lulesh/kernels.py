@@ -773,8 +773,10 @@ def energy(vnewc, delvc, e_old, p_old, q_old, qq, ql):
 @pad.kernel
 def k_eos(i, rep, v, vnew, delv, qq, ql, e, p, q, ss, e_new, p_new, q_new, fault, earlier, flag):
     """The EOS of element ``i`` (EvalEOSForElems with CalcEnergyForElems and CalcSoundSpeedForElems):
-    the new e, p, q and sound speed. Costly regions evaluate it ``rep[i]`` times, as the original does (its
-    load imbalance): the earlier evaluations write scratch (``e_new``, ...), which nothing reads."""
+    the new e, p, q and sound speed, then the relative volume for the next cycle, snapped to 1 within V_CUT
+    (UpdateVolumesForElems, in the same launch as LLNL's CUDA port does). Costly regions evaluate the EOS
+    ``rep[i]`` times, as the original does (its load imbalance): the earlier evaluations write scratch
+    (``e_new``, ...), which nothing reads."""
     vnewc = min(max(vnew[i], EOSVMIN), EOSVMAX)
     if min(max(v[i], EOSVMIN), EOSVMAX) <= 0.0:
         count_fault(fault, earlier, flag, i, EOS_VOLUME)
@@ -788,15 +790,10 @@ def k_eos(i, rep, v, vnew, delv, qq, ql, e, p, q, ss, e_new, p_new, q_new, fault
     e[i] = e4
     q[i] = q4
     ss[i] = sound_speed_term(C1S, e4, vnewc * vnewc, bvc4, p4)
-
-
-@pad.kernel
-def k_update_volumes(i, vnew, v):
-    """The relative volume for the next cycle, snapped to 1 within V_CUT (UpdateVolumesForElems)."""
-    tmp = vnew[i]
-    if abs(tmp - 1.0) < V_CUT:
-        tmp = 1.0
-    v[i] = tmp
+    relative = vnew[i]
+    if abs(relative - 1.0) < V_CUT:
+        relative = 1.0
+    v[i] = relative
 
 
 @pad.kernel

@@ -738,21 +738,25 @@ def cuda_kernel_source(
         at = ", ".join(map(str, index))
         sums.append((name, f"{array.removeprefix(PRIVATE)}, {at if len(index) == 1 else f'({at})'}"))
     if sums:
+        # One barrier asks whether any thread of the block has something to add: blocks with nothing (a fault
+        # count where no element faulted) skip the tree's barriers.
+        nonzero = " or ".join(f"{name} != 0.0" for name, _ in sums)
         p.lines += [
-            f"    _sum = cuda.shared.array(({len(sums)}, {BLOCK}), np.float64)",
-            "    _t = cuda.threadIdx.x",
+            f"    if cuda.syncthreads_or(1 if {nonzero} else 0):",
+            f"        _sum = cuda.shared.array(({len(sums)}, {BLOCK}), np.float64)",
+            "        _t = cuda.threadIdx.x",
         ]
-        p.lines += [f"    _sum[{slot}, _t] = {name}" for slot, (name, _) in enumerate(sums)]
+        p.lines += [f"        _sum[{slot}, _t] = {name}" for slot, (name, _) in enumerate(sums)]
         p.lines += [
-            "    cuda.syncthreads()",
-            f"    _w = {BLOCK // 2}",
-            "    while _w > 0:",
-            "        if _t < _w:",
+            "        cuda.syncthreads()",
+            f"        _w = {BLOCK // 2}",
+            "        while _w > 0:",
+            "            if _t < _w:",
         ]
-        p.lines += [f"            _sum[{slot}, _t] += _sum[{slot}, _t + _w]" for slot in range(len(sums))]
-        p.lines += ["        cuda.syncthreads()", "        _w //= 2", "    if _t == 0:"]
+        p.lines += [f"                _sum[{slot}, _t] += _sum[{slot}, _t + _w]" for slot in range(len(sums))]
+        p.lines += ["            cuda.syncthreads()", "            _w //= 2", "        if _t == 0:"]
         p.lines += [
-            f"        cuda.atomic.add({target}, _sum[{slot}, 0])" for slot, (_, target) in enumerate(sums)
+            f"            cuda.atomic.add({target}, _sum[{slot}, 0])" for slot, (_, target) in enumerate(sums)
         ]
     return "\n".join(p.lines) + "\n", bool(p.split)
 
