@@ -120,6 +120,9 @@ class Variant:
     race: str = ""
     # PAD_DEBUG: the checked accesses, (source line, array) per site of ``checks.out_of_range``; else None
     sites: list[tuple[Line | None, str]] | None = None
+    # CPU: the njit function of one chunk of the launch, which the launcher calls through its address
+    chunk: Any = None
+    chunk_address: Any = None  # the last one passed (pad/parallel/cpu.py)
 
 
 def cache_dir() -> Path:
@@ -203,6 +206,7 @@ def build(
         _cuda(k, t, variant, origin, fastmath, checked)
     module = _load(name, variant.source)
     variant.launcher = getattr(module, name)
+    variant.chunk = getattr(module, f"{name}_chunk", None)
     if inspecting is not None and variant.privates:
         variant.inspector, text = inspecting
         inspect = f"{name}_inspect"
@@ -319,7 +323,11 @@ def _variant(k: Analysed, t: Transformed, mode: str, target: str, checked: bool)
 def _cpu(k: Analysed, t: Transformed, variant: Variant, origin: str, fastmath: bool, checked: bool) -> None:
     """Print ``t`` as a CPU launcher (numba threads) into ``variant.source``."""
     body, types, init = _readable(t.body, k.low, k.types, t.init, set(t.launcher.accumulators), fastmath)
-    imports = "checked, digamma, grown, stack_zeros" if checked else "digamma, grown, stack_zeros"
+    imports = (
+        "Straight, checked, digamma, grown, stack_zeros"
+        if checked
+        else "Straight, digamma, grown, stack_zeros"
+    )
     variant.source = MODULE_HEADER.format(origin=origin, imports=imports) + launcher_source(
         t.launcher, k.launch_index, body, types, k.low.kinds, init, fastmath, variant.sites
     )
@@ -515,52 +523,61 @@ class Noting:
 
 @dataclass
 class AheadItem:
-    """A launcher to compile for some argument types: its generated file, its name, the types."""
+    """A function of generated code to compile for some argument types: its file, its name, the types, and
+    its cost as bytes of source: its file's for a chunk or an inspector, ``LAUNCHER_BYTES`` for a parallel
+    launcher (its chunk compiles apart: pad/kernel/emit.py)."""
 
     path: str
     module: str
     name: str
     types: tuple
+    weight: int = 0
 
     @property
     def key(self) -> str:
         return f"{self.module}.{self.name}{self.types}"
 
 
+LAUNCHER_BYTES = 20_000
+
+
 def ahead_items(noted: list[tuple[Any, tuple]]) -> list[AheadItem]:
     """The noted launches as compile jobs, in one order on every process that noted the same launches."""
     items = []
-    for launcher, types in noted:
-        module = sys.modules[launcher.py_func.__module__]
-        items.append(AheadItem(str(module.__file__), module.__name__, launcher.py_func.__name__, types))
+    for function, types in noted:
+        module = sys.modules[function.py_func.__module__]
+        path = str(module.__file__)
+        weight = LAUNCHER_BYTES if function.targetoptions.get("parallel") else os.path.getsize(path)
+        items.append(AheadItem(path, module.__name__, function.py_func.__name__, types, weight))
     return sorted(items, key=lambda item: item.key)
 
 
 def compile_ahead(items: list[AheadItem], workers: int = 0, share: tuple[int, int] = (0, 1)) -> int:
     """Compile this process's share of ``items`` into numba's on-disk cache, with ``workers`` more processes
     (numba holds the GIL while it compiles: threads would take turns), the largest first. ``share = (k,
-    n)``: of ``n`` processes dividing the items (MPI ranks over a shared cache), this one takes the generated
-    files k, k + n, ... Items already compiled into the cache (a marker beside the generated file says so)
-    are skipped. Returns how many items this process had compiled; a launcher whose compilation failed here
-    compiles, and reports its error, where it is first called.
+    n)``: of ``n`` processes dividing the items (MPI ranks over a shared cache), this one takes the
+    functions k, k + n, ... Items already compiled into the cache (a marker beside the generated file says
+    so) are skipped. Returns how many items this process had compiled; a function whose compilation failed
+    here compiles, and reports its error, where it is first called.
 
-    The items of one generated file go to one process, one after the other: numba keeps a function's cache
-    in one index file, and two processes saving two signatures of one function at once could leave the
-    index naming the other's compiled code."""
+    The items of one function go to one process, one after the other: numba keeps a function's cache in one
+    index file, and two processes saving two signatures of one function at once could leave the index
+    naming the other's compiled code."""
     index, count = share
-    files = sorted({item.path for item in items})[index::count]
-    groups: dict[str, list[AheadItem]] = {}
+    functions = sorted({(item.path, item.name) for item in items})[index::count]
+    groups: dict[tuple[str, str], list[AheadItem]] = {}
     for item in items:
-        if item.path in files and not _marker(item).exists():
-            groups.setdefault(item.path, []).append(item)
+        if (item.path, item.name) in functions and not _marker(item).exists():
+            groups.setdefault((item.path, item.name), []).append(item)
     if not groups:
         return 0
     bins: list[list[AheadItem]] = [[] for _ in range(min(workers, len(groups) - 1) + 1)]
     loads = [0] * len(bins)
-    for path in sorted(groups, key=lambda path: -os.path.getsize(path)):  # the largest to the least loaded
+    cost = {key: sum(item.weight + LAUNCHER_BYTES for item in group) for key, group in groups.items()}
+    for key in sorted(groups, key=lambda key: -cost[key]):  # the costliest to the least loaded
         k = loads.index(min(loads))
-        bins[k] += groups[path]
-        loads[k] += len(groups[path]) * (os.path.getsize(path) + 20_000)  # as if 20 kB more source each
+        bins[k] += groups[key]
+        loads[k] += cost[key]  # each item as if 20 kB more source: numba's cost per function
     children = [_start_worker(chunk) for chunk in bins[1:]]
     _compile_items(bins[0])
     for child, tasks in children:

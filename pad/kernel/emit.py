@@ -369,15 +369,18 @@ def launcher_source(
     # One chunk's work is a plain njit function that the parallel launcher calls: numba's parfor passes
     # (fusion, pre-lowering), which walk the whole parallel function, then see a loop of calls, not a
     # kernel's adjoint of thousands of statements (which they compile slowly: docs/benchmarks.md).
-    # The chunk is also the serial launcher: a launch on one thread calls it alone (pad/parallel/cpu.py), so
-    # that a run on one thread never compiles the parallel launcher, whose parfor lowering costs more than
-    # many a chunk (docs/benchmarks.md, "First runs").
+    # The launcher takes the chunk as its first argument ``_chunk``, a first-class function: the address of
+    # the chunk compiled alone (pad/parallel/cpu.py, ``ChunkAddress``). Called by name, numba would link the
+    # chunk's code into the launcher and optimize and compile it again there (docs/benchmarks.md, "First
+    # runs: compiling"); through its address, every launch on any number of threads runs the one compiled
+    # chunk. A PAD_DEBUG launcher calls the chunk by name: a call through an address loses its IndexError.
     options = f"nogil=True, cache=True, fastmath={fastmath}, error_model='numpy'"
     chunk = f"{launcher.name}_chunk"
+    straight = f"@njit({options}, pipeline_class=Straight)"
     if launcher.planned:  # chunk _c runs its share of the groups of segments of colours _w0, ..., _w1 - 1
-        p.lines += [f"@njit({options})", f"def {chunk}(_c, _w0, _w1, {args}):"]
+        p.lines += [straight, f"def {chunk}(_c, _w0, _w1, {args}):"]
     else:
-        p.lines += [f"@njit({options})", f"def {chunk}(_c, {args}):"]
+        p.lines += [straight, f"def {chunk}(_c, {args}):"]
         p.lines += ["    _lo = _n * _c // _nchunks", "    _hi = _n * (_c + 1) // _nchunks"]
     for local in launcher.locals:
         stack = int(np.prod(local.shape)) * local.dtype.itemsize <= STACK_BYTES
@@ -455,16 +458,16 @@ def launcher_source(
         line(f"{ACTIVE_SCALARS}[{slot}, {column}] += _acc{acc}")
     # The chunk index is cast: numba types a prange index int64 in the launcher but uint64 in the gufunc it
     # lowers the loop to, and the chunk (the kernel's whole body) would be compiled once for each.
-    parallel, loop = ("parallel=True, ", "prange") if sites is None else ("", "range")
-    p.lines += ["", "", f"@njit({parallel}{options})", f"def {launcher.name}({args}):"]
+    parallel, loop, call = ("parallel=True, ", "prange", "_chunk") if sites is None else ("", "range", chunk)
+    p.lines += ["", "", f"@njit({parallel}{options})", f"def {launcher.name}(_chunk, {args}):"]
     if launcher.planned:
         p.lines += [
             "    for _w in range(_colours.shape[0] - 1):",
             f"        for _c in {loop}(_nchunks):",
-            f"            {chunk}(np.int64(_c), _w, _w + 1, {args})",
+            f"            {call}(np.int64(_c), _w, _w + 1, {args})",
         ]
     else:
-        p.lines += [f"    for _c in {loop}(_nchunks):", f"        {chunk}(np.int64(_c), {args})"]
+        p.lines += [f"    for _c in {loop}(_nchunks):", f"        {call}(np.int64(_c), {args})"]
     return "\n".join(p.lines) + "\n"
 
 

@@ -56,7 +56,7 @@ import math
 import numpy as np
 from numba import njit
 
-from pad.kernel.runtime import colour, grown
+from pad.kernel.runtime import Straight, colour, grown
 
 """
 
@@ -458,7 +458,7 @@ def _source(
     )
     p.lines += [
         HEADER,
-        "@njit(nogil=True, cache=True, error_model='numpy')",
+        "@njit(nogil=True, cache=True, error_model='numpy', pipeline_class=Straight)",
         f"def {name}({args}):",
         "    _keys = np.empty(64, np.int64)",
         "    _ident = _order.shape[0] == 0",

@@ -1,6 +1,7 @@
 """Small compiled helpers that generated kernels call: local arrays on the stack, the growable per-thread
 stacks of reverse mode, the greedy colouring step of inspectors, the digamma function (the derivative of
-``math.lgamma``), which numba lacks, and the bounds check of ``PAD_DEBUG`` kernels."""
+``math.lgamma``), which numba lacks, and the bounds check of ``PAD_DEBUG`` kernels; and the numba pipeline
+that compiles generated chunks and inspectors."""
 
 from __future__ import annotations
 
@@ -10,8 +11,25 @@ from typing import Any
 import numpy as np
 from numba import njit, types
 from numba.core import cgutils
+from numba.core.compiler import CompilerBase, DefaultPassBuilder
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
+
+
+class Straight(CompilerBase):  # type: ignore[misc]
+    """numba's nopython pipeline without its SSA reconstruction, for generated chunks and inspectors.
+
+    numba rebuilds SSA form for each variable assigned more than once by walking every block of the function,
+    and then types and lowers every version it made: for a kernel's adjoint of thousands of statements, a
+    large share of the compile time. Without it, numba types each variable once, over all its assignments;
+    in generated code every name has one type (pad's IR is typed by name), and LLVM rebuilds SSA form from
+    the variables' stack slots either way (docs/benchmarks.md, "First runs: compiling").
+    """
+
+    def define_pipelines(self) -> list[Any]:
+        self.state.flags.enable_ssa = False
+        return [DefaultPassBuilder.define_nopython_pipeline(self.state)]
+
 
 STACK_BYTES = 4096
 """A CPU launcher's local arrays (``pad.local_array`` and their shadows) of at most this many bytes each live

@@ -16,7 +16,9 @@ from typing import Any
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.core import errors
+from numba.core.typing import signature
 
 from pad import arrays
 from pad.kernel import Variant, compiler
@@ -71,6 +73,28 @@ def _reduce(base: np.ndarray, buffer: np.ndarray) -> None:
     SPARE.give(buffer)
 
 
+class ChunkAddress:
+    """A variant's chunk compiled for the argument types of one launch, as its launcher's first argument.
+
+    numba types it as a first-class function (``_numba_type_``) and, where the launcher is called, asks for
+    the address of the chunk's compiled code (``__wrapper_address__``); the launcher calls it through that
+    address (pad/kernel/emit.py). The chunk is compiled, or loaded from numba's cache, at the first launch
+    that runs, not where ``pad.precompile`` notes the launch."""
+
+    def __init__(self, chunk: Any, call: Sequence[Any]) -> None:
+        self.chunk = chunk
+        self.types = tuple(chunk.typeof_pyval(a) for a in call)
+        self._numba_type_ = types.FunctionType(signature(types.none, *self.types))
+        self.address = 0
+
+    def __wrapper_address__(self) -> int:
+        if not self.address:
+            self.chunk.compile(self.types)  # as pad.precompile does: the same key in numba's cache
+            compiled = self.chunk.overloads[self.types]
+            self.address = compiled.library.get_pointer_to_function(compiled.fndesc.llvm_cfunc_wrapper_name)
+        return self.address
+
+
 def run(
     variant: Variant,
     n: int,
@@ -87,6 +111,8 @@ def run(
     if not (variant.privates or variant.halo or nact):
         chunks = max(1, min(threads, n))
         call = [*ordered(head("cpu"), _n=n, _nchunks=chunks), *args, *extras]
+        # The chunk's own first arguments: its index (and, by a plan, the first and last colours it runs)
+        lead: tuple[int, ...] = (0,)
     else:
         plan = plans.plan(variant, n, tuple(args))
         bases = [args[p] if kind == "primal" else shadows[p] for kind, p in variant.privates]  # type: ignore[index]
@@ -101,11 +127,22 @@ def run(
         values = {"_slots": slots, "_order": plan.order, "_segs": plan.segs, "_colours": plan.colours}
         call = [*ordered(head("cpu", planned=True), _n=n, _nchunks=chunks, **values), *args, *extras]
         call += [*buffers, *([outputs] if nact else [])]
-    # One chunk too goes through the parallel launcher: the chunk linked into it is optimized again there,
-    # and under fastmath it may round otherwise than alone, so 1 thread would not give N threads' results.
-    if compiler.note(variant.launcher, call):  # compiled ahead (pad.precompile), not run
+        lead = (0, 0, 0)
+    address = variant.chunk_address or ChunkAddress(variant.chunk, [*lead, *call])
+    if compiler.note(variant.launcher, [address, *call]):  # compiled ahead (pad.precompile), not run
+        compiler.note(variant.chunk, [*lead, *call])
         return outputs.sum(axis=0) if nact else _NO_SUMS
-    variant.launcher(*call)
+    try:
+        variant.launcher(address, *call)
+    except (errors.TypingError, ValueError):
+        # The chunk of an earlier launch was compiled for argument types that this call's do not convert to
+        # (an array's layout, say): numba's typing of the launcher refuses it with a ValueError.
+        fresh = ChunkAddress(variant.chunk, [*lead, *call])
+        if fresh.types == address.types:
+            raise
+        address = fresh
+        variant.launcher(address, *call)
+    variant.chunk_address = address
     for base, buffer in zip(bases, buffers, strict=True):
         if buffer.shape[0]:
             _reduce(base, buffer)
