@@ -120,9 +120,10 @@ class Variant:
     race: str = ""
     # PAD_DEBUG: the checked accesses, (source line, array) per site of ``checks.out_of_range``; else None
     sites: list[tuple[Line | None, str]] | None = None
-    # CPU: the njit function of one chunk of the launch, which the launcher calls through its address
+    # CPU: the njit function of one chunk of the launch, which the launcher calls through its address; the
+    # address and key of the chunk compiled for the last launch's types (pad/parallel/cpu.py), (0, 0): none
     chunk: Any = None
-    chunk_address: Any = None  # the last one passed (pad/parallel/cpu.py)
+    chunk_address: tuple[int, int] = (0, 0)
 
 
 def cache_dir() -> Path:
@@ -324,9 +325,7 @@ def _cpu(k: Analysed, t: Transformed, variant: Variant, origin: str, fastmath: b
     """Print ``t`` as a CPU launcher (numba threads) into ``variant.source``."""
     body, types, init = _readable(t.body, k.low, k.types, t.init, set(t.launcher.accumulators), fastmath)
     imports = (
-        "Straight, checked, digamma, grown, stack_zeros"
-        if checked
-        else "Straight, digamma, grown, stack_zeros"
+        f"Straight, call_chunk, {'checked, ' if checked else ''}digamma, expect_chunk, grown, stack_zeros"
     )
     variant.source = MODULE_HEADER.format(origin=origin, imports=imports) + launcher_source(
         t.launcher, k.launch_index, body, types, k.low.kinds, init, fastmath, variant.sites

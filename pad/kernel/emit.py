@@ -369,11 +369,12 @@ def launcher_source(
     # One chunk's work is a plain njit function that the parallel launcher calls: numba's parfor passes
     # (fusion, pre-lowering), which walk the whole parallel function, then see a loop of calls, not a
     # kernel's adjoint of thousands of statements (which they compile slowly: docs/benchmarks.md).
-    # The launcher takes the chunk as its first argument ``_chunk``, a first-class function: the address of
-    # the chunk compiled alone (pad/parallel/cpu.py, ``ChunkAddress``). Called by name, numba would link the
+    # The launcher takes the address of the chunk compiled alone, ``_chunk``, and the key of the argument
+    # types it was compiled for, ``_key`` (pad/parallel/cpu.py), checks the key and calls the chunk through
+    # its address (``runtime.expect_chunk``, ``runtime.call_chunk``). Called by name, numba would link the
     # chunk's code into the launcher and optimize and compile it again there (docs/benchmarks.md, "First
     # runs: compiling"); through its address, every launch on any number of threads runs the one compiled
-    # chunk. A PAD_DEBUG launcher calls the chunk by name: a call through an address loses its IndexError.
+    # chunk.
     options = f"nogil=True, cache=True, fastmath={fastmath}, error_model='numpy'"
     chunk = f"{launcher.name}_chunk"
     straight = f"@njit({options}, pipeline_class=Straight)"
@@ -458,16 +459,18 @@ def launcher_source(
         line(f"{ACTIVE_SCALARS}[{slot}, {column}] += _acc{acc}")
     # The chunk index is cast: numba types a prange index int64 in the launcher but uint64 in the gufunc it
     # lowers the loop to, and the chunk (the kernel's whole body) would be compiled once for each.
-    parallel, loop, call = ("parallel=True, ", "prange", "_chunk") if sites is None else ("", "range", chunk)
-    p.lines += ["", "", f"@njit({parallel}{options})", f"def {launcher.name}(_chunk, {args}):"]
+    parallel, loop = ("parallel=True, ", "prange") if sites is None else ("", "range")
+    lead = "np.int64(0), np.int64(0), np.int64(0)" if launcher.planned else "np.int64(0)"
+    p.lines += ["", "", f"@njit({parallel}{options})", f"def {launcher.name}(_chunk, _key, {args}):"]
+    p.lines += [f"    expect_chunk(_key, {lead}, {args})"]  # typed as the calls below
     if launcher.planned:
         p.lines += [
             "    for _w in range(_colours.shape[0] - 1):",
             f"        for _c in {loop}(_nchunks):",
-            f"            {call}(np.int64(_c), _w, _w + 1, {args})",
+            f"            call_chunk(_chunk, np.int64(_c), _w, _w + 1, {args})",
         ]
     else:
-        p.lines += [f"    for _c in {loop}(_nchunks):", f"        {call}(np.int64(_c), {args})"]
+        p.lines += [f"    for _c in {loop}(_nchunks):", f"        call_chunk(_chunk, np.int64(_c), {args})"]
     return "\n".join(p.lines) + "\n"
 
 

@@ -17,11 +17,9 @@ from typing import Any
 import numba
 import numpy as np
 from numba import njit, prange, types
-from numba.core import errors
-from numba.core.typing import signature
 
 from pad import arrays
-from pad.kernel import Variant, compiler
+from pad.kernel import Variant, compiler, runtime
 from pad.kernel.names import head, ordered
 from pad.parallel import plans
 
@@ -73,26 +71,17 @@ def _reduce(base: np.ndarray, buffer: np.ndarray) -> None:
     SPARE.give(buffer)
 
 
-class ChunkAddress:
-    """A variant's chunk compiled for the argument types of one launch, as its launcher's first argument.
-
-    numba types it as a first-class function (``_numba_type_``) and, where the launcher is called, asks for
-    the address of the chunk's compiled code (``__wrapper_address__``); the launcher calls it through that
-    address (pad/kernel/emit.py). The chunk is compiled, or loaded from numba's cache, at the first launch
-    that runs, not where ``pad.precompile`` notes the launch."""
-
-    def __init__(self, chunk: Any, call: Sequence[Any]) -> None:
-        self.chunk = chunk
-        self.types = tuple(chunk.typeof_pyval(a) for a in call)
-        self._numba_type_ = types.FunctionType(signature(types.none, *self.types))
-        self.address = 0
-
-    def __wrapper_address__(self) -> int:
-        if not self.address:
-            self.chunk.compile(self.types)  # as pad.precompile does: the same key in numba's cache
-            compiled = self.chunk.overloads[self.types]
-            self.address = compiled.library.get_pointer_to_function(compiled.fndesc.llvm_cfunc_wrapper_name)
-        return self.address
+def _chunk_address(chunk: Any, call: Sequence[Any]) -> tuple[int, int]:
+    """The address of ``chunk`` compiled for the types of ``call`` (or loaded from numba's cache: the key of
+    ``pad.precompile``'s item), and the ``runtime.chunk_key`` of those types, for its launcher to check. An
+    address is of this process only: it lives in its variant (``Variant.chunk_address``), never on disk."""
+    argtypes = tuple(chunk.typeof_pyval(a) for a in call)
+    chunk.compile(argtypes)
+    compiled = chunk.overloads[argtypes]
+    if compiled.signature.return_type != types.none:  # call_chunk calls it as returning nothing
+        raise TypeError(f"{chunk.py_func.__name__} returns {compiled.signature.return_type}, not None")
+    address = compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name)
+    return address, runtime.chunk_key(argtypes)
 
 
 def run(
@@ -128,21 +117,15 @@ def run(
         call = [*ordered(head("cpu", planned=True), _n=n, _nchunks=chunks, **values), *args, *extras]
         call += [*buffers, *([outputs] if nact else [])]
         lead = (0, 0, 0)
-    address = variant.chunk_address or ChunkAddress(variant.chunk, [*lead, *call])
-    if compiler.note(variant.launcher, [address, *call]):  # compiled ahead (pad.precompile), not run
+    if compiler.noting():  # compiled ahead (pad.precompile), not run: the launcher, and its chunk apart
+        compiler.note(variant.launcher, [*variant.chunk_address, *call])
         compiler.note(variant.chunk, [*lead, *call])
         return outputs.sum(axis=0) if nact else _NO_SUMS
     try:
-        variant.launcher(address, *call)
-    except (errors.TypingError, ValueError):
-        # The chunk of an earlier launch was compiled for argument types that this call's do not convert to
-        # (an array's layout, say): numba's typing of the launcher refuses it with a ValueError.
-        fresh = ChunkAddress(variant.chunk, [*lead, *call])
-        if fresh.types == address.types:
-            raise
-        address = fresh
-        variant.launcher(address, *call)
-    variant.chunk_address = address
+        variant.launcher(*variant.chunk_address, *call)
+    except runtime.ChunkMismatch:  # the first launch, or one with other argument types than the last
+        variant.chunk_address = _chunk_address(variant.chunk, [*lead, *call])
+        variant.launcher(*variant.chunk_address, *call)
     for base, buffer in zip(bases, buffers, strict=True):
         if buffer.shape[0]:
             _reduce(base, buffer)
