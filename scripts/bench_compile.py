@@ -86,7 +86,7 @@ for item in sorted(items, key=lambda item: -os.path.getsize(item.path)):
         compiler._compile_items([item])
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     name = item.name
-    kind = "inspector" if name.endswith("_inspect") else "chunk" if name.endswith("_chunk") else "launcher"
+    kind = "inspector" if name.endswith("inspect") else "chunk" if name.endswith("_chunk") else "launcher"
     with open(item.path) as fh:
         lines = sum(1 for _ in fh)
     rows.append({"name": name, "kind": kind, "lines": lines, "cpu_s": cpu, "llvm_share": sum(llvm) / wall})

@@ -369,15 +369,19 @@ def launcher_source(
     # One chunk's work is a plain njit function that the parallel launcher calls: numba's parfor passes
     # (fusion, pre-lowering), which walk the whole parallel function, then see a loop of calls, not a
     # kernel's adjoint of thousands of statements (which they compile slowly: docs/benchmarks.md).
-    # The chunk is also the serial launcher: a launch on one thread calls it alone (pad/parallel/cpu.py), so
-    # that a run on one thread never compiles the parallel launcher, whose parfor lowering costs more than
-    # many a chunk (docs/benchmarks.md, "First runs").
+    # The launcher takes the address of the chunk compiled alone, ``_chunk``, and the key of the argument
+    # types it was compiled for, ``_key`` (pad/parallel/cpu.py), checks the key and calls the chunk through
+    # its address (``runtime.expect_chunk``, ``runtime.call_chunk``). Called by name, numba would link the
+    # chunk's code into the launcher and optimize and compile it again there (docs/benchmarks.md, "First
+    # runs: compiling"); through its address, every launch on any number of threads runs the one compiled
+    # chunk.
     options = f"nogil=True, cache=True, fastmath={fastmath}, error_model='numpy'"
     chunk = f"{launcher.name}_chunk"
+    straight = f"@njit({options}, pipeline_class=Straight)"
     if launcher.planned:  # chunk _c runs its share of the groups of segments of colours _w0, ..., _w1 - 1
-        p.lines += [f"@njit({options})", f"def {chunk}(_c, _w0, _w1, {args}):"]
+        p.lines += [straight, f"def {chunk}(_c, _w0, _w1, {args}):"]
     else:
-        p.lines += [f"@njit({options})", f"def {chunk}(_c, {args}):"]
+        p.lines += [straight, f"def {chunk}(_c, {args}):"]
         p.lines += ["    _lo = _n * _c // _nchunks", "    _hi = _n * (_c + 1) // _nchunks"]
     for local in launcher.locals:
         stack = int(np.prod(local.shape)) * local.dtype.itemsize <= STACK_BYTES
@@ -456,15 +460,17 @@ def launcher_source(
     # The chunk index is cast: numba types a prange index int64 in the launcher but uint64 in the gufunc it
     # lowers the loop to, and the chunk (the kernel's whole body) would be compiled once for each.
     parallel, loop = ("parallel=True, ", "prange") if sites is None else ("", "range")
-    p.lines += ["", "", f"@njit({parallel}{options})", f"def {launcher.name}({args}):"]
+    lead = "np.int64(0), np.int64(0), np.int64(0)" if launcher.planned else "np.int64(0)"
+    p.lines += ["", "", f"@njit({parallel}{options})", f"def {launcher.name}(_chunk, _key, {args}):"]
+    p.lines += [f"    expect_chunk(_key, {lead}, {args})"]  # typed as the calls below
     if launcher.planned:
         p.lines += [
             "    for _w in range(_colours.shape[0] - 1):",
             f"        for _c in {loop}(_nchunks):",
-            f"            {chunk}(np.int64(_c), _w, _w + 1, {args})",
+            f"            call_chunk(_chunk, np.int64(_c), _w, _w + 1, {args})",
         ]
     else:
-        p.lines += [f"    for _c in {loop}(_nchunks):", f"        {chunk}(np.int64(_c), {args})"]
+        p.lines += [f"    for _c in {loop}(_nchunks):", f"        call_chunk(_chunk, np.int64(_c), {args})"]
     return "\n".join(p.lines) + "\n"
 
 

@@ -1,17 +1,93 @@
 """Small compiled helpers that generated kernels call: local arrays on the stack, the growable per-thread
 stacks of reverse mode, the greedy colouring step of inspectors, the digamma function (the derivative of
-``math.lgamma``), which numba lacks, and the bounds check of ``PAD_DEBUG`` kernels."""
+``math.lgamma``), which numba lacks, and the bounds check of ``PAD_DEBUG`` kernels; the numba pipeline
+that compiles generated chunks and inspectors, and the call of a chunk through its address."""
 
 from __future__ import annotations
 
+import hashlib
 import math
 from typing import Any
 
 import numpy as np
+from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
+from numba.core.compiler import CompilerBase, DefaultPassBuilder
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
+
+
+class Straight(CompilerBase):  # type: ignore[misc]
+    """numba's nopython pipeline without its SSA reconstruction, for generated chunks and inspectors.
+
+    numba rebuilds SSA form for each variable assigned more than once by walking every block of the function,
+    and then types and lowers every version it made: for a kernel's adjoint of thousands of statements, a
+    large share of the compile time. Without it, numba types each variable once, over all its assignments;
+    in generated code every name has one type (pad's IR is typed by name), and LLVM rebuilds SSA form from
+    the variables' stack slots either way (docs/benchmarks.md, "First runs: compiling").
+    """
+
+    def define_pipelines(self) -> list[Any]:
+        self.state.flags.enable_ssa = False
+        return [DefaultPassBuilder.define_nopython_pipeline(self.state)]
+
+
+class ChunkMismatch(Exception):
+    """A launcher was given the key of its chunk compiled for other argument types than its own."""
+
+
+def chunk_key(argtypes: tuple) -> int:
+    """An odd int64 naming the numba types ``argtypes`` of a chunk's arguments, the same in every process
+    (``expect_chunk`` compares it with the key of the types it sees). Never 0, the key of no address."""
+    digest = hashlib.blake2b(str(tuple(argtypes)).encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True) | 1
+
+
+@intrinsic
+def expect_chunk(typingctx: Any, key: Any, *args: Any) -> Any:
+    """Raise ChunkMismatch unless ``key`` is the ``chunk_key`` of the types of ``args``: a launcher's check
+    that the chunk address it is given is of its chunk compiled for the argument types of its calls
+    (``call_chunk``), before it makes them."""
+    if not isinstance(key, types.Integer):
+        return None
+    expected = chunk_key(args)
+
+    def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
+        wrong = builder.icmp_signed("!=", llargs[0], context.get_constant(types.int64, expected))
+        with builder.if_then(wrong, likely=False):
+            context.call_conv.return_user_exc(builder, ChunkMismatch, ("a chunk compiled for other types",))
+        return context.get_dummy_value()
+
+    return types.none(key, types.StarArgTuple.from_types(args)), codegen
+
+
+@intrinsic
+def call_chunk(typingctx: Any, address: Any, *args: Any) -> Any:
+    """Call the chunk compiled at ``address`` (an int64) on ``args``.
+
+    A launcher takes its chunk's address as a plain int64 (pad/kernel/emit.py): numba unboxes it as cheaply
+    as any integer, and the launcher, cached on disk, holds no address of one process. The address is of the
+    chunk's own code in numba's calling convention (pad/parallel/cpu.py), so that an exception it raises
+    (PAD_DEBUG's IndexError) reaches the launcher's caller. That return is marked as numba marks a raise:
+    numba's reference-count pruning then drops the launcher's increments and decrements of the arrays around
+    the call, two atomic operations an array a launch, as it does where the chunk's code is inlined."""
+    if not isinstance(address, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
+        conv = context.call_conv
+        chunk = builder.inttoptr(llargs[0], conv.get_function_type(types.none, args).as_pointer())
+        values = cgutils.unpack_tuple(builder, llargs[1])
+        status, _ = conv.call_function(builder, chunk, types.none, args, values)
+        with cgutils.if_unlikely(builder, status.is_error):  # conv.return_status_propagate, marked
+            store = builder.store(status.excinfoptr, conv._get_excinfo_argument(builder.function))
+            store.set_metadata("numba_exception_output", builder.module.add_metadata([ir.IntType(1)(1)]))
+            builder.ret(status.code)
+        return context.get_dummy_value()
+
+    return types.none(address, types.StarArgTuple.from_types(args)), codegen
+
 
 STACK_BYTES = 4096
 """A CPU launcher's local arrays (``pad.local_array`` and their shadows) of at most this many bytes each live

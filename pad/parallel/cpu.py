@@ -16,10 +16,10 @@ from typing import Any
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
 
 from pad import arrays
-from pad.kernel import Variant, compiler
+from pad.kernel import Variant, compiler, runtime
 from pad.kernel.names import head, ordered
 from pad.parallel import plans
 
@@ -71,6 +71,19 @@ def _reduce(base: np.ndarray, buffer: np.ndarray) -> None:
     SPARE.give(buffer)
 
 
+def _chunk_address(chunk: Any, call: Sequence[Any]) -> tuple[int, int]:
+    """The address of ``chunk`` compiled for the types of ``call`` (or loaded from numba's cache: the key of
+    ``pad.precompile``'s item), and the ``runtime.chunk_key`` of those types, for its launcher to check. An
+    address is of this process only: it lives in its variant (``Variant.chunk_address``), never on disk."""
+    argtypes = tuple(chunk.typeof_pyval(a) for a in call)
+    chunk.compile(argtypes)
+    compiled = chunk.overloads[argtypes]
+    if compiled.signature.return_type != types.none:  # call_chunk calls it as returning nothing
+        raise TypeError(f"{chunk.py_func.__name__} returns {compiled.signature.return_type}, not None")
+    address = compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name)
+    return address, runtime.chunk_key(argtypes)
+
+
 def run(
     variant: Variant,
     n: int,
@@ -87,6 +100,8 @@ def run(
     if not (variant.privates or variant.halo or nact):
         chunks = max(1, min(threads, n))
         call = [*ordered(head("cpu"), _n=n, _nchunks=chunks), *args, *extras]
+        # The chunk's own first arguments: its index (and, by a plan, the first and last colours it runs)
+        lead: tuple[int, ...] = (0,)
     else:
         plan = plans.plan(variant, n, tuple(args))
         bases = [args[p] if kind == "primal" else shadows[p] for kind, p in variant.privates]  # type: ignore[index]
@@ -101,11 +116,16 @@ def run(
         values = {"_slots": slots, "_order": plan.order, "_segs": plan.segs, "_colours": plan.colours}
         call = [*ordered(head("cpu", planned=True), _n=n, _nchunks=chunks, **values), *args, *extras]
         call += [*buffers, *([outputs] if nact else [])]
-    # One chunk too goes through the parallel launcher: the chunk linked into it is optimized again there,
-    # and under fastmath it may round otherwise than alone, so 1 thread would not give N threads' results.
-    if compiler.note(variant.launcher, call):  # compiled ahead (pad.precompile), not run
+        lead = (0, 0, 0)
+    if compiler.noting():  # compiled ahead (pad.precompile), not run: the launcher, and its chunk apart
+        compiler.note(variant.launcher, [*variant.chunk_address, *call])
+        compiler.note(variant.chunk, [*lead, *call])
         return outputs.sum(axis=0) if nact else _NO_SUMS
-    variant.launcher(*call)
+    try:
+        variant.launcher(*variant.chunk_address, *call)
+    except runtime.ChunkMismatch:  # the first launch, or one with other argument types than the last
+        variant.chunk_address = _chunk_address(variant.chunk, [*lead, *call])
+        variant.launcher(*variant.chunk_address, *call)
     for base, buffer in zip(bases, buffers, strict=True):
         if buffer.shape[0]:
             _reduce(base, buffer)

@@ -250,7 +250,8 @@ class _Scratch:
         mask: np.ndarray,
         colour: np.ndarray,
     ) -> tuple:
-        """The inspector's arguments: ``step`` 0 counts, 1 colours (see pad/kernel/inspector.py)."""
+        """The inspector's arguments, ``args`` those of the launch it takes (``Inspector.taken``): ``step`` 0
+        counts, 1 colours (see pad/kernel/inspector.py)."""
         return (
             step,
             order,
@@ -272,7 +273,7 @@ NO_MASK, NO_COLOUR = np.empty(0, np.uint64), np.empty(0, np.int64)
 def _counting(ins: Any, n: int, args: tuple) -> tuple[_Scratch, tuple]:
     """Work arrays for inspecting a launch of ``n`` on ``args``, and the inspector's first call (counting)."""
     scratch = _Scratch.of(ins, args)
-    return scratch, scratch.call(args, 0, NO_ORDER, np.array([0, n], np.int64), NO_MASK, NO_COLOUR)
+    return scratch, scratch.call(ins.taken(args), 0, NO_ORDER, np.array([0, n], np.int64), NO_MASK, NO_COLOUR)
 
 
 def _inspect(variant: Variant, n: int, args: tuple) -> Plan:
@@ -284,7 +285,7 @@ def _inspect(variant: Variant, n: int, args: tuple) -> Plan:
     total = int(base[-1])
 
     def run(step: int, order: np.ndarray, bounds: np.ndarray, mask: np.ndarray, colour: np.ndarray) -> int:
-        return ins.function(*scratch.call(args, step, order, bounds, mask, colour))
+        return ins.function(*scratch.call(ins.taken(args), step, order, bounds, mask, colour))
 
     ins.function.compile(tuple(numba.typeof(a) for a in call))  # not timed: compiling
     begin = time.perf_counter()

@@ -42,6 +42,15 @@ def k_hex(i, nodes, x, y):
 
 
 @pad.kernel
+def k_hex_weighted(i, w, nodes, x, y):
+    """k_hex's touches behind another argument and other temporaries: the same inspector."""
+    s = w * w
+    for k in range(4):
+        s += x[nodes[i, k]] * (k + w)
+    y[i] = math.cos(s)
+
+
+@pad.kernel
 def k_shift(i, idx):
     """A kernel that writes an index array."""
     idx[i] = (idx[i] + 1) % idx.shape[0]
@@ -132,6 +141,26 @@ def test_a_many_to_one_map_is_coloured():
     s = (x[nodes] * np.arange(1.0, 5.0)).sum(axis=1)
     expected = np.zeros_like(x)
     np.add.at(expected, nodes, (seed * np.cos(s))[:, None] * np.arange(1.0, 5.0))
+    np.testing.assert_allclose(dx, expected, rtol=1e-12, atol=1e-14)
+
+
+def test_kernels_touching_alike_share_one_inspector():
+    rng = np.random.default_rng(7)
+    n, w = 500, 0.5
+    nodes = hex_nodes(n)
+    x = rng.uniform(-1, 1, 2 * (n + 1))
+    seed = rng.uniform(-1, 1, n)
+    gradient(k_hex, n, (nodes,), x, seed)
+    dx = gradient(k_hex_weighted, n, (w, nodes), x, seed)
+    (alone,), (weighted,) = (
+        [v for v in k._variants.values() if v.inspector] for k in (k_hex, k_hex_weighted)
+    )
+    assert weighted.inspector.function is alone.inspector.function
+    assert strategy("k_hex_weighted").startswith("coloured")
+    weights = np.arange(4.0) + w
+    s = w * w + (x[nodes] * weights).sum(axis=1)
+    expected = np.zeros_like(x)
+    np.add.at(expected, nodes, (-seed * np.sin(s))[:, None] * weights)
     np.testing.assert_allclose(dx, expected, rtol=1e-12, atol=1e-14)
 
 

@@ -45,6 +45,15 @@ def test_strided_view_argument():
     assert base[1, ::2].tolist() == [5, 5, 5] and base.sum() == 15
 
 
+def test_launches_on_other_layouts_in_turn_each_run_the_chunk_of_their_types():
+    """A launcher calls its chunk through an address (``runtime.call_chunk``): a launch whose arrays are laid
+    out otherwise than the last one's must run the chunk compiled for its own types, not the last one."""
+    base = np.linspace(0.1, 2.0, 12)
+    for x, y in [(base[:6], np.zeros(6)), (base[::2], np.zeros(12)[1::2])] * 2:
+        pad.launch(k_sine, 6, x, y)
+        np.testing.assert_allclose(y, np.sin(x) * x, rtol=1e-14)
+
+
 def test_import_pad_loads_neither_cupy_nor_numba_cuda():
     import subprocess
     import sys
