@@ -194,7 +194,7 @@ def launch_profile(size: int, threads: int, cycles: int = 5, rounds: int = 3) ->
 
     for k in [*vars(K).values(), adjoint.k_copy]:
         for variant in getattr(k, "_variants", {}).values():
-            variant.launcher, variant.serial = Timed(variant.launcher), Timed(variant.serial)
+            variant.launcher = Timed(variant.launcher)
     cycle = 3
     best: tuple[float, float, float, float] | None = None
     stats_before = pad.launch_stats()
