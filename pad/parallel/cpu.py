@@ -71,44 +71,93 @@ def _reduce(base: np.ndarray, buffer: np.ndarray) -> None:
     SPARE.give(buffer)
 
 
-def run(
-    variant: Variant,
-    n: int,
-    args: Sequence[Any],
-    extras: Sequence[Any] = (),
-    shadows: Sequence[Any] | None = None,
-) -> np.ndarray:
-    """Run ``variant`` for indices ``range(n)``; returns the adjoints of active scalars (adjoint mode)."""
-    threads = numba.get_num_threads()
-    nact = len(variant.active_scalars) if variant.mode == "adjoint" else 0
-    bases: list[np.ndarray] = []
-    buffers: list[np.ndarray] = []
-    outputs = _NO_OUTPUTS
-    if not (variant.privates or variant.halo or nact):
-        chunks = max(1, min(threads, n))
-        call = [*ordered(head("cpu"), _n=n, _nchunks=chunks), *args, *extras]
-    else:
-        plan = plans.plan(variant, n, tuple(args))
-        bases = [args[p] if kind == "primal" else shadows[p] for kind, p in variant.privates]  # type: ignore[index]
-        private = [p in plan.private for _, p in variant.privates]
+class Launch:
+    """One launch of a CPU launcher on its arguments, callable again: a ``pad.graph`` record keeps it and
+    replays it by calling it, without working out its launcher's arguments anew. Each call asks for the
+    plan (pad/parallel/plans.py validates a cached one against its index arrays) and the thread count, and
+    binds the launcher's arguments again only where either changed."""
+
+    __slots__ = (
+        "args",
+        "bases",
+        "call",
+        "extras",
+        "n",
+        "nact",
+        "plan",
+        "planned",
+        "private",
+        "slots",
+        "stored",
+        "threads",
+        "variant",
+    )  # fmt: skip
+
+    def __init__(
+        self,
+        variant: Variant,
+        n: int,
+        args: Sequence[Any],
+        extras: Sequence[Any] = (),
+        shadows: Sequence[Any] | None = None,
+    ) -> None:
+        self.variant, self.n, self.args, self.extras = variant, n, tuple(args), tuple(extras)
+        self.nact = len(variant.active_scalars) if variant.mode == "adjoint" else 0
+        self.bases: list[np.ndarray] = [
+            args[p] if kind == "primal" else shadows[p]  # type: ignore[index]
+            for kind, p in variant.privates
+        ]
+        self.stored = [args[p] for p in variant.stored]
+        self.planned = bool(variant.privates or variant.halo or self.nact)
+        self.threads = 0  # the thread count ``call`` was bound for (none yet)
+        self.plan: plans.Plan | None = None
+        self.call: list[
+            Any
+        ] = []  # the launcher's arguments, private buffers and active scalars' sums left out
+        self.private: list[bool] = []  # per base, whether the plan accumulates it into private buffers
+        self.slots = 0  # the private buffers' copies of their base
+
+    def __call__(self) -> np.ndarray:
+        """Run the launch; returns the adjoints of active scalars (adjoint mode)."""
+        variant, n = self.variant, self.n
+        threads = numba.get_num_threads()
+        plan = plans.plan(variant, n, self.args) if self.planned else None
+        if threads != self.threads or plan is not self.plan:
+            self._bind(threads, plan)
+        call = self.call
+        buffers: list[np.ndarray] = []
+        outputs = np.zeros((self.slots, self.nact)) if self.nact else _NO_OUTPUTS
+        if self.planned:
+            buffers = [
+                _zeroed(self.slots, base) if own else _no_buffer(base)
+                for base, own in zip(self.bases, self.private, strict=True)
+            ]
+            call = [*call, *buffers, *([outputs] if self.nact else [])]
+        # One chunk too goes through the parallel launcher: the chunk linked into it is optimized again there,
+        # and under fastmath it may round otherwise than alone, so 1 thread would not give N threads' results.
+        if compiler.note(variant.launcher, call):  # compiled ahead (pad.precompile), not run
+            return outputs.sum(axis=0) if self.nact else _NO_SUMS
+        variant.launcher(*call)
+        for base, buffer in zip(self.bases, buffers, strict=True):
+            if buffer.shape[0]:
+                _reduce(base, buffer)
+        plans.forget(self.stored)
+        return outputs.sum(axis=0) if self.nact else _NO_SUMS
+
+    def _bind(self, threads: int, plan: plans.Plan | None) -> None:
+        """Work out the launcher's arguments for ``threads`` threads and ``plan``."""
+        n, args, extras = self.n, self.args, self.extras
+        self.threads, self.plan = threads, plan
+        if plan is None:
+            chunks = max(1, min(threads, n))
+            self.call = [*ordered(head("cpu"), _n=n, _nchunks=chunks), *args, *extras]
+            return
+        self.private = [p in plan.private for _, p in self.variant.privates]
         slots = plan.slots
-        copy = sum(b.nbytes for b, own in zip(bases, private, strict=True) if own)
+        copy = sum(b.nbytes for b, own in zip(self.bases, self.private, strict=True) if own)
         if copy * slots > PRIVATE_BYTES:  # fewer copies, but never fewer than today's one per thread
             slots = max(1, min(slots, max(threads, PRIVATE_BYTES // copy)))
-        buffers = [_zeroed(slots, b) if own else _no_buffer(b) for b, own in zip(bases, private, strict=True)]
-        outputs = np.zeros((slots, nact))
+        self.slots = slots
         chunks = max(1, min(threads, slots))
         values = {"_slots": slots, "_order": plan.order, "_segs": plan.segs, "_colours": plan.colours}
-        call = [*ordered(head("cpu", planned=True), _n=n, _nchunks=chunks, **values), *args, *extras]
-        call += [*buffers, *([outputs] if nact else [])]
-    # One chunk too goes through the parallel launcher: the chunk linked into it is optimized again there,
-    # and under fastmath it may round otherwise than alone, so 1 thread would not give N threads' results.
-    if compiler.note(variant.launcher, call):  # compiled ahead (pad.precompile), not run
-        return outputs.sum(axis=0) if nact else _NO_SUMS
-    variant.launcher(*call)
-    for base, buffer in zip(bases, buffers, strict=True):
-        if buffer.shape[0]:
-            _reduce(base, buffer)
-    for p in variant.stored:
-        plans.forget(args[p])
-    return outputs.sum(axis=0) if nact else _NO_SUMS
+        self.call = [*ordered(head("cpu", planned=True), _n=n, _nchunks=chunks, **values), *args, *extras]

@@ -29,6 +29,7 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -178,12 +179,13 @@ def _remember(variant: Variant, plans: dict[tuple, Plan], key: tuple, n: int, ar
     return made
 
 
-def forget(array: Any) -> None:
-    """Drop the plans made from ``array``'s contents (a kernel has just stored into it)."""
-    if id(array) in _BY_ARRAY:
-        with _LOCK:
-            for (_, key), plans in _BY_ARRAY.pop(id(array), {}).items():
-                plans.pop(key, None)
+def forget(written: Iterable[Any]) -> None:
+    """Drop the plans made from the contents of the arrays ``written`` (a kernel has just stored into them)."""
+    for array in written:
+        if id(array) in _BY_ARRAY:
+            with _LOCK:
+                for (_, key), plans in _BY_ARRAY.pop(id(array), {}).items():
+                    plans.pop(key, None)
 
 
 def _count_differences(a: np.ndarray, b: np.ndarray) -> int:
