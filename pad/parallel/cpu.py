@@ -30,8 +30,7 @@ PRIVATE_BYTES = 1 << 28
 plan's slots (up to ``plans.SLOTS`` copies) are cut to fit. Only then does a sum depend on the thread count."""
 
 
-@njit(parallel=True, cache=True)
-def _sum_rows_into(out: np.ndarray, rows: np.ndarray) -> None:
+def _add_rows(out: np.ndarray, rows: np.ndarray) -> None:
     """``out += rows.sum(0)``, leaving ``rows`` zero."""
     for j in prange(out.shape[0]):
         total = out[j]
@@ -39,6 +38,10 @@ def _sum_rows_into(out: np.ndarray, rows: np.ndarray) -> None:
             total += rows[r, j]
             rows[r, j] = 0
         out[j] = total
+
+
+_sum_rows_into = njit(cache=True)(_add_rows)
+_sum_rows_into_parallel = njit(parallel=True, cache=True)(_add_rows)
 
 
 def _zeroed(nchunks: int, base: np.ndarray) -> np.ndarray:
@@ -63,8 +66,9 @@ def _no_buffer(base: np.ndarray) -> np.ndarray:
 
 def _reduce(base: np.ndarray, buffer: np.ndarray) -> None:
     """Add the chunks' buffer into ``base`` and keep the buffer, zeroed, for the next launch."""
-    if base.flags.c_contiguous:
-        _sum_rows_into(base.reshape(-1), buffer.reshape(buffer.shape[0], -1))
+    if base.flags.c_contiguous:  # a small buffer is summed in the calling thread (the same sums, in order)
+        add = _sum_rows_into_parallel if buffer.nbytes >= arrays.PARALLEL_BYTES else _sum_rows_into
+        add(base.reshape(-1), buffer.reshape(buffer.shape[0], -1))
     else:
         base += buffer.sum(axis=0)
         buffer[...] = 0
