@@ -188,11 +188,13 @@ def _remember(variant: Variant, plans: dict[tuple, Plan], key: tuple, n: int, ar
 
 def forget(written: Iterable[Any]) -> None:
     """Drop the plans made from the contents of the arrays ``written`` (a kernel has just stored into them)."""
+    checked = _checked[1]
     for array in written:
-        _checked[1].pop(id(array), None)
-        if id(array) in _BY_ARRAY:
+        ident = id(array)
+        checked.pop(ident, None)
+        if ident in _BY_ARRAY:
             with _LOCK:
-                for (_, key), plans in _BY_ARRAY.pop(id(array), {}).items():
+                for (_, key), plans in _BY_ARRAY.pop(ident, {}).items():
                     plans.pop(key, None)
 
 
