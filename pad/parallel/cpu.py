@@ -95,7 +95,7 @@ class Launch:
         "stored",
         "threads",
         "variant",
-    )  # fmt: skip
+    )
 
     def __init__(
         self,
@@ -115,9 +115,8 @@ class Launch:
         self.planned = bool(variant.privates or variant.halo or self.nact)
         self.threads = 0  # the thread count ``call`` was bound for (none yet)
         self.plan: plans.Plan | None = None
-        self.call: list[
-            Any
-        ] = []  # the launcher's arguments, private buffers and active scalars' sums left out
+        # the launcher's arguments, but for the private buffers and the active scalars' sums
+        self.call: list[Any] = []
         self.private: list[bool] = []  # per base, whether the plan accumulates it into private buffers
         self.slots = 0  # the private buffers' copies of their base
 
