@@ -18,9 +18,10 @@ import contextvars
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["Recording", "recording"]
+__all__ = ["Recording", "quiet_span", "recording"]
 
 _current: contextvars.ContextVar[Recording | None] = contextvars.ContextVar("pad_replay", default=None)
+_span: contextvars.ContextVar[object | None] = contextvars.ContextVar("pad_replay_span", default=None)
 
 
 def recording() -> Recording | None:
@@ -28,19 +29,30 @@ def recording() -> Recording | None:
     return _current.get()
 
 
+def quiet_span() -> object | None:
+    """A token that stays the same while a replay runs quiet entries only (``Recording.add``), None outside
+    replays: within one span no integer array changed but by the operations that report it themselves, so
+    what was found of integer arrays' contents there (a CPU plan's index arrays validated) still holds."""
+    return _span.get()
+
+
 class Recording:
     """The device work of one call of a step, each piece as a function that redoes it."""
 
     def __init__(self) -> None:
         self.entries: list[Callable[[], Any]] = []
+        self.quiet: list[bool] = []  # per entry, ``add``'s ``quiet``
         self.why: str | None = None  # why the step cannot be replayed, once something made it so
         self.cupy = True  # every entry is CuPy device work, so the record can become a CUDA graph
         self.cuda_graph: Any = None
         self.keep: list[Any] = []  # what the entries use that nothing else holds: arguments, captured memory
 
-    def add(self, entry: Callable[[], Any], *, cupy: bool) -> None:
-        """Add an operation; ``cupy``: it only enqueues work on CuPy's current stream (a launch, a copy)."""
+    def add(self, entry: Callable[[], Any], *, cupy: bool, quiet: bool = False) -> None:
+        """Add an operation; ``cupy``: it only enqueues work on CuPy's current stream (a launch, a copy);
+        ``quiet``: it changes no integer array unless it reports so itself (a CPU launch tells the plans which
+        arrays it stored into; a copy or fill of floating-point arrays changes none), see ``quiet_span``."""
         self.entries.append(entry)
+        self.quiet.append(quiet)
         self.cupy = self.cupy and cupy
 
     def refuse(self, why: str) -> None:
@@ -63,8 +75,14 @@ class Recording:
         if self.cuda_graph is not None:
             self.cuda_graph.launch()
             return
-        for entry in self.entries:
-            entry()
+        token = _span.set(object())
+        try:
+            for entry, quiet in zip(self.entries, self.quiet, strict=True):
+                if not quiet:
+                    _span.set(object())
+                entry()
+        finally:
+            _span.reset(token)
 
     def _capture(self) -> Any:
         """The entries, captured from a stream of their own into a CUDA graph."""

@@ -154,11 +154,15 @@ def _is_float_array(a: Any) -> bool:
 
 
 def _redo(work: Callable[..., None], *operands: Any) -> None:
-    """Add ``work(*operands)``, device work the tape just did (a copy, a fill), to the record a ``pad.graph``
-    step is making, if any: a replay redoes it where the step's Python made it."""
+    """Add ``work(*operands)``, device work the tape just did (a copy or a fill into ``operands[0]``), to the
+    record a ``pad.graph`` step is making, if any: a replay redoes it where the step's Python made it."""
     record = replay.recording()
     if record is not None:
-        record.add(functools.partial(work, *operands), cupy=all(map(arrays.is_cupy, operands)))
+        record.add(
+            functools.partial(work, *operands),
+            cupy=all(map(arrays.is_cupy, operands)),
+            quiet=operands[0].dtype.kind == "f",
+        )
 
 
 # ---------------------------------------------------------------------------------------------- contexts

@@ -108,22 +108,30 @@ class StepGradient:
 
     Called in place of ``Hydro.leapfrog``: it advances the state by one step, and leaves in ``shadows``
     the gradient of ``J = sum over ranks <seeds, state after>`` with respect to the state before. The
-    seeds' copies and the ``autodiff`` are one ``pad.graph`` step: recorded on a state's first cycle and
+    seeds' copy and the ``autodiff`` are one ``pad.graph`` step: recorded on a state's first cycle and
     replayed on the next ones (on a GPU as one CUDA graph), without the tape's Python per launch.
     """
 
     def __init__(self, hydro: Hydro) -> None:
         self.hydro = hydro
         probe = hydro.initial_state()
-        self.seeds: dict[str, Any] = {}
-        self.shadows: dict[str, Any] = {}
+        shapes = {name: getattr(probe, name).shape for name in FIELDS}
+        sizes = [int(np.prod(shapes[name])) for name in FIELDS]
+        ends = np.cumsum(sizes).tolist()
+        spans = {name: (end - size, end) for name, size, end in zip(FIELDS, sizes, ends, strict=True)}
+        seeds = np.zeros(ends[-1])
         for salt, name in enumerate(DIFFERENTIATED):
-            shape = getattr(probe, name).shape
-            ids, owned, _ = numbering(hydro, name, shape)
-            self.seeds[name] = hydro.memory.put(pattern(ids, salt) * owned)
-            self.shadows[name] = hydro.memory.put(np.zeros(shape))
-        self.seeds["clock"] = hydro.memory.put(np.zeros(probe.clock.shape))
-        self.clock_shadow = hydro.memory.put(np.zeros(probe.clock.shape))
+            ids, owned, _ = numbering(hydro, name, shapes[name])
+            lo, hi = spans[name]
+            seeds[lo:hi] = (pattern(ids, salt) * owned).ravel()
+        # Every array's seeds, and every shadow, lie end to end in one array (the clock's seeds are zeros):
+        # one launch copies them all.
+        self.all_seeds = hydro.memory.put(seeds)
+        self.all_shadows = hydro.memory.put(np.zeros_like(seeds))
+        self.seeds = {n: self.all_seeds[lo:hi].reshape(shapes[n]) for n, (lo, hi) in spans.items()}
+        shadows = {n: self.all_shadows[lo:hi].reshape(shapes[n]) for n, (lo, hi) in spans.items()}
+        self.clock_shadow = shadows.pop("clock")
+        self.shadows: dict[str, Any] = shadows
         self.replayed = pad.graph(self.differentiate)
 
     def arguments(self, s: State) -> list[Any]:
@@ -133,12 +141,9 @@ class StepGradient:
         (what the step reads from the clock only adds into the clock's adjoint), and every kernel's adjoint
         is then the variant ``sensitivity`` runs too (each pattern of active arrays compiles anew).
         """
-        out: list[Any] = []
-        for name in FIELDS:
-            shadow = self.clock_shadow if name == "clock" else self.shadows[name]
-            pad.launch(k_copy, shadow.size, self.seeds[name].reshape(-1), shadow.reshape(-1))
-            out.append(pad.Dup(getattr(s, name), shadow))
-        return out
+        pad.launch(k_copy, self.all_shadows.size, self.all_seeds, self.all_shadows)
+        shadows = self.shadows | {"clock": self.clock_shadow}
+        return [pad.Dup(getattr(s, name), shadows[name]) for name in FIELDS]
 
     def __call__(self, s: State) -> dict[str, Any]:
         self.replayed(s)

@@ -62,18 +62,24 @@ def _run(variant: Variant, n: int, args: tuple, extras: Any = (), shadows: Any =
     """Run a launcher (primal, tangent or adjoint), and add it to the record a ``pad.graph`` step is making."""
     if variant.race and n > 1:
         raise KernelSyntaxError(variant.race)
+    if variant.target == "cpu":  # a CPU launch tells the plans which arrays it stored into: quiet
+        return _perform(variant, cpu.Launch(variant, n, args, extras, shadows), False, True)
+    from pad.parallel import gpu
+
+    cupy = replay.recording() is not None and all(
+        arrays.is_cupy(a) for a in (*args, *extras) if getattr(a, "ndim", 0)
+    )
+    return _perform(variant, functools.partial(gpu.run, variant, n, args, extras), cupy, False)
+
+
+def _perform(variant: Variant, run: Any, cupy: bool, quiet: bool) -> Any:
+    """``run()``, a launch bound to its arguments, added first to the record a ``pad.graph`` step is making
+    (``cupy`` and ``quiet``: see ``Recording.add``), whose replays call this again."""
     record = replay.recording()
     if record is not None:
-        cupy = variant.target == "cuda" and all(
-            arrays.is_cupy(a) for a in (*args, *extras) if getattr(a, "ndim", 0)
-        )
-        record.add(functools.partial(_run, variant, n, args, extras, shadows), cupy=cupy)
+        record.add(functools.partial(_perform, variant, run, cupy, quiet), cupy=cupy, quiet=quiet)
     try:
-        if variant.target == "cpu":
-            return cpu.run(variant, n, args, extras, shadows)
-        from pad.parallel import gpu
-
-        return gpu.run(variant, n, args, extras)
+        return run()
     except IndexError as e:  # PAD_DEBUG: a checked access out of range
         if variant.sites is None:
             raise

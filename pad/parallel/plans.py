@@ -15,7 +15,10 @@ other, each colour split into at most ``SLOTS`` segments that threads run at onc
 The kernel's inspector (pad/kernel/inspector.py) finds which, where integer data decides the indices; it
 runs once per index array, and its plan is cached. A plan depends on the contents of the index arrays the
 inspector read: each use compares them with copies the plan keeps (in parallel: a read of both), and a kernel
-that stores into one drops the plans made from it, so a plan is never stale. Where the inspector cannot tell
+that stores into one drops the plans made from it, so a plan is never stale. Plans made from the same contents
+of an array share one copy, and a ``pad.graph`` replay compares an array with it once while nothing but
+launches changed integer arrays (``replay.quiet_span``): LULESH's element kernels, three adjoints planned from
+one node list, compare it once a cycle, not three times. Where the inspector cannot tell
 (indices computed from floating-point data), the arrays are private; a stencil's adjoint (``Variant.halo``)
 runs blocks of at least ``2 * halo`` indices in two colours, even blocks then odd ones, in place.
 
@@ -29,6 +32,8 @@ from __future__ import annotations
 import itertools
 import threading
 import time
+import weakref
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +41,7 @@ import numba
 import numpy as np
 from numba import njit, prange
 
-from pad import arrays
+from pad import arrays, replay
 from pad.kernel import Variant, compiler
 from pad.kernel.inspector import MAX_DIMS
 
@@ -120,6 +125,9 @@ def _static(variant: Variant, n: int) -> Plan:
 _STATIC: dict[tuple[int, int], Plan] = {}  # (id of variant, n) -> plan of a variant without an inspector
 _INSPECTED: dict[int, dict[tuple, Plan]] = {}  # id of variant -> (n, index arrays' ids, scalars) -> plan
 _BY_ARRAY: dict[int, dict[tuple, dict[tuple, Plan]]] = {}  # id of an index array -> plans made from it
+_COPIES: dict[int, Any] = {}  # id of an index array -> weak reference to the copy its plans keep
+# a replay's quiet span, and the index arrays (by id) found in it to hold a copy's contents, with that copy
+_checked: tuple[object, dict[int, np.ndarray]] = (None, {})
 _LOCK = threading.Lock()  # launches may come from several threads (pad.tasks)
 
 
@@ -178,12 +186,16 @@ def _remember(variant: Variant, plans: dict[tuple, Plan], key: tuple, n: int, ar
     return made
 
 
-def forget(array: Any) -> None:
-    """Drop the plans made from ``array``'s contents (a kernel has just stored into it)."""
-    if id(array) in _BY_ARRAY:
-        with _LOCK:
-            for (_, key), plans in _BY_ARRAY.pop(id(array), {}).items():
-                plans.pop(key, None)
+def forget(written: Iterable[Any]) -> None:
+    """Drop the plans made from the contents of the arrays ``written`` (a kernel has just stored into them)."""
+    checked = _checked[1]
+    for array in written:
+        ident = id(array)
+        checked.pop(ident, None)
+        if ident in _BY_ARRAY:
+            with _LOCK:
+                for (_, key), plans in _BY_ARRAY.pop(ident, {}).items():
+                    plans.pop(key, None)
 
 
 def _count_differences(a: np.ndarray, b: np.ndarray) -> int:
@@ -208,11 +220,46 @@ def _same(a: np.ndarray, copy: np.ndarray) -> bool:
     return count(a.reshape(-1), copy.reshape(-1)) == 0
 
 
+def _unchanged(a: np.ndarray, copy: np.ndarray) -> bool:
+    """Whether index array ``a`` holds ``copy``'s contents: compared, unless it was found to in this quiet span
+    of a replay (``replay.quiet_span``: no integer array changed since but by kernels, which ``forget``)."""
+    global _checked
+    span = replay.quiet_span()
+    if span is None:
+        return _same(a, copy)
+    checked = _checked  # the span and its dict together (a replay in another thread may start another)
+    if checked[0] is not span:
+        checked = _checked = (span, {})  # holding the span, whose id no later span then takes
+    if checked[1].get(id(a)) is copy:
+        return True
+    if not _same(a, copy):
+        return False
+    checked[1][id(a)] = copy
+    return True
+
+
+def _copy_of(a: np.ndarray) -> np.ndarray:
+    """A copy of index array ``a`` for a plan to keep: the one the plans made from ``a`` keep already, where it
+    still holds ``a``'s contents (a replay then compares ``a`` with one copy, once, for all of them)."""
+    key = id(a)
+    ref = _COPIES.get(key)
+    kept = ref() if ref is not None else None
+    if kept is None or not _same(a, kept):
+
+        def gone(dead: Any) -> None:
+            if _COPIES.get(key) is dead:
+                del _COPIES[key]
+
+        kept = np.array(a, copy=True, order="C")
+        _COPIES[key] = weakref.ref(kept, gone)
+    return kept
+
+
 def _valid(p: Plan, ins: Any, args: tuple) -> bool:
     """Whether the index arrays, scalars and shapes are still those ``p`` was made from (exactly)."""
     begin = time.perf_counter()
     ok = p.shapes == tuple(args[q].shape for q in ins.shapes) and all(
-        _same(args[q], copy) for q, copy in zip(ins.reads, p.copies, strict=True)
+        _unchanged(args[q], copy) for q, copy in zip(ins.reads, p.copies, strict=True)
     )
     STATS["validations"] += 1
     STATS["validate_s"] += time.perf_counter() - begin
@@ -314,7 +361,7 @@ def _inspect(variant: Variant, n: int, args: tuple) -> Plan:
         frozenset(private),
         slots,
         strategy,
-        [np.array(args[p], copy=True, order="C") for p in ins.reads],
+        [_copy_of(args[p]) for p in ins.reads],
         tuple(args[q].shape for q in ins.shapes),
     )
     seconds = time.perf_counter() - begin

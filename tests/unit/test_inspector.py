@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import pad
+import pad.mpi
 from pad.parallel import plans
 
 
@@ -237,6 +238,104 @@ def test_an_index_array_changed_by_a_kernel_is_inspected_again():
     expected = np.zeros(n)
     expected[idx] = 2 * x[idx] + 0.5
     np.testing.assert_allclose(dx, expected, rtol=1e-14)
+
+
+@pad.kernel
+def k_hex_cos(i, nodes, x, y):
+    """``k_hex`` with a cosine: another kernel planned from the same node list."""
+    s = 0.0
+    for k in range(4):
+        s += x[nodes[i, k]] * (k + 1.0)
+    y[i] = math.cos(s)
+
+
+def primal_inspections(name: str) -> int:
+    return plans.stats()["kernels"].get(f"{name} (primal)", {}).get("inspections", 0)
+
+
+def test_a_replay_compares_an_index_array_once_for_the_plans_made_from_it(monkeypatch):
+    """Two adjoints planned from one node list keep one copy of it, and a replayed gradient compares the
+    list with it once, not once per plan; a NumPy change between replays is still seen (both plans made
+    anew). Each replay's gradient is the one ``autodiff`` gives without replays."""
+    rng = np.random.default_rng(10)
+    n = 3000
+    nodes = hex_nodes(n)
+    x, seed_y, seed_z = rng.uniform(-1, 1, 2 * (n + 1)), rng.uniform(-1, 1, n), rng.uniform(-1, 1, n)
+    dx, y, dy, z, dz = np.zeros_like(x), np.zeros(n), np.zeros(n), np.zeros(n), np.zeros(n)
+
+    def step(x, y, z):
+        pad.launch(k_hex, n, nodes, x, y)
+        pad.launch(k_hex_cos, n, nodes, x, z)
+
+    def unreplayed(*args):
+        pad.autodiff(step, *args)
+
+    def gradient(run) -> np.ndarray:
+        dx[...], dy[...], dz[...] = 0.0, seed_y, seed_z
+        run(pad.Dup(x, dx), pad.Dup(y, dy), pad.Dup(z, dz))
+        return dx.copy()
+
+    replayed = pad.graph(unreplayed)
+    gradient(replayed)  # recorded
+    assert replayed.why is None
+    compares: list[bool] = []
+    same = plans._same
+    monkeypatch.setattr(plans, "_same", lambda a, copy: compares.append(a is nodes) or same(a, copy))
+    for _ in range(2):
+        compares.clear()
+        ours = gradient(replayed)
+        assert compares == [True]
+        np.testing.assert_array_equal(ours, gradient(unreplayed))
+    nodes[:, [0, 1]] = nodes[:, [1, 0]]
+    before = inspections("k_hex") + inspections("k_hex_cos")
+    ours = gradient(replayed)
+    assert inspections("k_hex") + inspections("k_hex_cos") == before + 2
+    np.testing.assert_array_equal(ours, gradient(unreplayed))
+
+
+@pad.kernel
+def k_scatter(i, idx, x, y):
+    """``y[idx[i]] += x[i]``: its primal accumulates at shared indices, by a plan."""
+    y[idx[i]] += x[i]
+
+
+@pad.kernel
+def k_scatter_twice(i, idx, x, y):
+    y[idx[i]] += 2.0 * x[i]
+
+
+def test_a_replay_compares_again_after_an_operation_that_may_change_integers():
+    """Within a replay, an index array found unchanged is compared again after an operation that may have
+    changed integer arrays without telling the plans (here a collective of one rank, a copy into it)."""
+    comm = pad.mpi.Comm(pad.mpi.COMM_WORLD.mpi.Split(pad.mpi.COMM_WORLD.rank))  # one rank each
+    rng = np.random.default_rng(11)
+    n = 2000
+    first, second = rng.permutation(n), rng.integers(0, 40, n)
+    idx, src, x, y = first.copy(), first.copy(), rng.uniform(-1, 1, n), np.zeros(n)
+
+    def step(idx, src, x, y):
+        pad.launch(k_scatter, n, idx, x, y)
+        comm.Allreduce(src, idx, pad.mpi.SUM)  # idx = src
+        pad.launch(k_scatter_twice, n, idx, x, y)
+
+    g = pad.graph(step)
+    g(idx, src, x, y)  # recorded: both plans made from ``first``, which the collective leaves as it was
+    assert g.why is None and strategy_of("k_scatter_twice") == "in place"
+    src[...] = second  # now the collective changes idx between the replay's launches
+    expected = np.zeros(n)
+    np.add.at(expected, first, x)
+    np.add.at(expected, second, 2.0 * x)
+    for made in (1, 0):  # the plan made from ``second`` in the first replay holds in the next
+        idx[...], y[...] = first, 0.0
+        before = primal_inspections("k_scatter_twice")
+        g(idx, src, x, y)
+        assert primal_inspections("k_scatter_twice") == before + made  # never the plan of ``first``
+        assert strategy_of("k_scatter_twice") != "in place"
+        np.testing.assert_allclose(y, expected, rtol=1e-13, atol=1e-13)
+
+
+def strategy_of(name: str) -> str:
+    return plans.stats()["kernels"][f"{name} (primal)"]["strategy"]
 
 
 def test_an_out_of_range_entry_is_reported():
