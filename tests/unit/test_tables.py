@@ -51,6 +51,8 @@ def test_tables_are_printed_into_the_code_and_get_no_shadow():
     assert "_k_ORDER = np.array([2, 0, 1], dtype='int64')" in source
     assert f"_k_LIMITS = np.array([-math.inf, math.inf, {0.1 + 0.2!r}], dtype='float64')" in source
     assert "_b__k_" not in source
+    cuda = pad.show(k_weights, "adjoint", pad.Dup(x, np.zeros_like(x)), pad.Dup(y, y), target="cuda")
+    assert "_k_WEIGHTS = np.array([[1.0, -1.0, 0.5], [2.0, 0.25, -3.0]], dtype='float64')" in cuda
     dx = np.zeros_like(x)
     pad.autodiff(
         lambda x, y: pad.launch(k_weights, len(y), x, y), pad.Dup(x, dx), pad.Dup(y, np.ones_like(y))
