@@ -165,9 +165,9 @@ class StepGradient:
 
 def constants(hydro: Hydro) -> list[Any]:
     """The floating-point arrays of ``hydro`` that no derivative flows through, marked so that pad gives
-    them no shadow: ``gamma``, which no cycle changes, and the EOS repetitions' scratch, which nothing reads
-    (the kernels' adjoints would otherwise accumulate into, and from, shadows of them for nothing)."""
-    return [pad.Const(a) for a in (hydro.gamma, hydro.e_new, hydro.p_new, hydro.q_new)]
+    them no shadow: the EOS repetitions' scratch, which nothing reads (the kernels' adjoints would otherwise
+    accumulate into, and from, shadows of them for nothing)."""
+    return [pad.Const(a) for a in (hydro.e_new, hydro.p_new, hydro.q_new)]
 
 
 def host_copy(hydro: Hydro, s: State) -> dict[str, np.ndarray]:

@@ -37,16 +37,6 @@ DT_MULT_UB = 1.2
 PARAMETERS = ("einit", "hgcoef", "qqc", "qlc_monoq", "qqc_monoq", "ss4o3", "monoq_limiter_mult")
 """The model's parameters, in the order of the ``params`` array (``kernels.EINIT`` ...)."""
 
-GAMMA = np.array(
-    [
-        [1.0, 1.0, -1.0, -1.0, -1.0, -1.0, 1.0, 1.0],
-        [1.0, -1.0, -1.0, 1.0, -1.0, 1.0, 1.0, -1.0],
-        [1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0],
-        [-1.0, 1.0, -1.0, 1.0, 1.0, -1.0, 1.0, -1.0],
-    ]
-)
-"""The four hourglass base vectors."""
-
 VOLUME_ERROR, QSTOP_ERROR = -1, -2
 """The original's exit codes (``exit(VolumeError)``, ``exit(QStopError)``)."""
 
@@ -160,7 +150,6 @@ class Hydro:
         self.neighbours = put(mesh.neighbours)
         self.symmetry = put(mesh.symmetry)
         self.rep = put(mesh.rep)
-        self.gamma = put(GAMMA)
         # scratch: rewritten every cycle before it is read
         # Stress and hourglass forces per corner (see mesh). A GPU sums the two per corner, as LLNL's CUDA
         # port does (half the bytes); CPUs keep them apart and sum each in the C++ original's order.
@@ -248,7 +237,7 @@ class Hydro:
     def lagrange_nodal(self, s: State) -> None:
         m = self.mesh
         pad.launch(
-            K.k_element_forces, m.nelem, self.nodelist, self.gamma, s.xv, s.p, s.q, s.volo, s.v, s.ss,
+            K.k_element_forces, m.nelem, self.nodelist, s.xv, s.p, s.q, s.volo, s.v, s.ss,
             s.elem_mass, s.params, self.combined, self.fs, self.fh, self.determ, self.fault, self.earlier,
             self.flag,
         )  # fmt: skip

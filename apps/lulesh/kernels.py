@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 import pad
 
 # clock: the time-stepping scalars
@@ -43,6 +45,15 @@ PTINY = 1.0e-36
 SSC_LOW = 0.1111111e-36
 SSC_FLOOR = 0.3333333e-18
 C1S = 2.0 / 3.0
+GAMMA = np.array(
+    [
+        [1.0, 1.0, -1.0, -1.0, -1.0, -1.0, 1.0, 1.0],
+        [1.0, -1.0, -1.0, 1.0, -1.0, 1.0, 1.0, -1.0],
+        [1.0, -1.0, 1.0, -1.0, 1.0, -1.0, 1.0, -1.0],
+        [-1.0, 1.0, -1.0, 1.0, 1.0, -1.0, 1.0, -1.0],
+    ]
+)
+"""The four hourglass base vectors: a constant table, its ones written into the kernels' code."""
 SIXTH = 1.0 / 6.0
 TWELFTH = 1.0 / 12.0
 
@@ -379,7 +390,6 @@ def k_time_increment(i, first, newdt, clock, stoptime, dtmax, multlb, multub, fa
 def k_element_forces(
     i,
     nodelist,
-    gamma,
     xv,
     p,
     q,
@@ -434,11 +444,11 @@ def k_element_forces(
             hourmody = 0.0
             hourmodz = 0.0
             for k in range(8):
-                hourmodx += x[k] * gamma[m, k]
-                hourmody += y[k] * gamma[m, k]
-                hourmodz += z[k] * gamma[m, k]
+                hourmodx += x[k] * GAMMA[m, k]
+                hourmody += y[k] * GAMMA[m, k]
+                hourmodz += z[k] * GAMMA[m, k]
             for k in range(8):
-                hourgam[k, m] = gamma[m, k] - volinv * (
+                hourgam[k, m] = GAMMA[m, k] - volinv * (
                     dvdx[k] * hourmodx + dvdy[k] * hourmody + dvdz[k] * hourmodz
                 )
         coefficient = -hgcoef * 0.01 * ss[i] * elem_mass[i] / math.cbrt(volume)

@@ -17,7 +17,7 @@ from pad.annotations import Active, Const, Dup
 from pad.kernel import checks
 from pad.kernel.checks import debug
 from pad.kernel.compiler import MODES, Variant, build
-from pad.kernel.frontend import Source, kind_of_value
+from pad.kernel.frontend import Source, Tables, kind_of_value
 from pad.kernel.ir import KernelSyntaxError
 
 __all__ = ["Func", "Kernel", "KernelSyntaxError", "Variant", "debug", "func", "kernel", "local_array", "show"]
@@ -30,6 +30,7 @@ class Kernel:
         self.fn = fn
         self.fastmath = fastmath
         self._variants: dict[tuple, Variant] = {}
+        self._tables = Tables()  # the module-level arrays it reads, as its first variant found them
         self._lock = threading.Lock()
         Source.of(fn)  # fail early if the source cannot be read
         functools.update_wrapper(self, fn)
@@ -63,7 +64,7 @@ class Kernel:
                 hit = self._variants.get(key)
                 if hit is None:
                     hit = self._variants[key] = build(
-                        self.fn, kinds, active, mode, self.fastmath, target, checked
+                        self.fn, kinds, active, mode, self.fastmath, target, checked, self._tables
                     )
         return hit
 

@@ -39,8 +39,9 @@ from pad.kernel.emit import (
     cuda_kernel_source,
     launch_offsets,
     launcher_source,
+    tables_source,
 )
-from pad.kernel.frontend import Lowered, lower_kernel
+from pad.kernel.frontend import Lowered, Tables, lower_kernel
 from pad.kernel.inspector import Inspector
 from pad.kernel.ir import (
     ArrayKind,
@@ -180,10 +181,12 @@ def build(
     fastmath: bool,
     target: str = "cpu",
     checked: bool = False,
+    tables: Tables | None = None,
 ) -> Variant:
     """Lower and analyse, transform for ``mode``, optimize, print for ``target``, compile (lazily, on first
-    call) one variant of kernel ``fn``; ``checked``: every array access bounds-checked (``pad.kernel.checks``)."""
-    k = analyse(fn, kinds, active)
+    call) one variant of kernel ``fn``; ``checked``: every array access bounds-checked (``pad.kernel.checks``);
+    ``tables``: the constant tables the kernel's variants compiled before have taken."""
+    k = analyse(fn, kinds, active, tables)
     name = f"{fn.__name__}_{mode}" + ("_cuda" if target == "cuda" else "")
     launcher = Launcher(name, list(k.params), quotes=True)
     launcher.locals = [s for s in walk(k.low.body) if isinstance(s, LocalArray)]
@@ -212,10 +215,12 @@ def build(
     return variant
 
 
-def analyse(fn: Callable[..., Any], kinds: list[Kind], active: tuple[bool, ...]) -> Analysed:
+def analyse(
+    fn: Callable[..., Any], kinds: list[Kind], active: tuple[bool, ...], tables: Tables | None = None
+) -> Analysed:
     """Lower ``fn`` for argument ``kinds``, type it, and find what is active (``active``: per argument),
     reduced into, loaded and stored."""
-    low = lower_kernel(fn, kinds)
+    low = lower_kernel(fn, kinds, tables)
     launch_index, params = low.params[0], low.params[1:]
     low.body, types = infer_types(low.body, low.kinds)
     check_types(low.body, types, low.kinds)
@@ -323,7 +328,8 @@ def _cpu(k: Analysed, t: Transformed, variant: Variant, origin: str, fastmath: b
     imports = (
         f"Straight, call_chunk, {'checked, ' if checked else ''}digamma, expect_chunk, grown, stack_zeros"
     )
-    variant.source = MODULE_HEADER.format(origin=origin, imports=imports) + launcher_source(
+    variant.source = MODULE_HEADER.format(origin=origin, imports=imports) + tables_source(k.low.tables)
+    variant.source += launcher_source(
         t.launcher, k.launch_index, body, types, k.low.kinds, init, fastmath, variant.sites
     )
 
@@ -349,12 +355,15 @@ def _cuda(k: Analysed, t: Transformed, variant: Variant, origin: str, fastmath: 
         sites=variant.sites,
     )
     imports = "\n    checked," if checked else ""
-    variant.source = CUDA_MODULE_HEADER.format(origin=origin, imports=imports) + source
+    tables = tables_source(k.low.tables)
+    variant.source = CUDA_MODULE_HEADER.format(origin=origin, imports=imports) + tables + source
     pushes = [s for s in walk(body) if isinstance(s, Push)]
     stack = t.launcher.stack
     variant.tape_slots = len(pushes) if stack is None else stack
     if t.rev is not None and pushes and stack is None and _pushes_in_loops(body):
-        variant.depth_launcher = _depth_kernel(t.rev, k.kernel, t.launcher, k.launch_index, origin, fastmath)
+        variant.depth_launcher = _depth_kernel(
+            t.rev, k.kernel, t.launcher, k.launch_index, origin, fastmath, tables
+        )
 
 
 def _readable(
@@ -386,9 +395,16 @@ def _pushes_in_loops(body: list[Stmt]) -> bool:
 
 
 def _depth_kernel(
-    rev: Reverse, kernel_name: str, launcher: Launcher, launch_index: str, origin: str, fastmath: bool
+    rev: Reverse,
+    kernel_name: str,
+    launcher: Launcher,
+    launch_index: str,
+    origin: str,
+    fastmath: bool,
+    tables: str,
 ) -> Callable[..., Any]:
-    """A CUDA kernel writing, per launch index, a bound of the adjoint's stack depth into ``_depth``."""
+    """A CUDA kernel writing, per launch index, a bound of the adjoint's stack depth into ``_depth``
+    (``tables``: the adjoint's constant tables, printed)."""
     name = f"{kernel_name}_depth_cuda"
     body = rev.depth("_depth", launch_index)
     counter = Launcher(
@@ -397,9 +413,8 @@ def _depth_kernel(
     source, _ = cuda_kernel_source(
         counter, launch_index, body, rev.types, rev.kinds, [], fastmath, set(), share_loops=False
     )
-    return getattr(
-        _load(name, CUDA_MODULE_HEADER.format(origin=origin + " stack depth", imports="") + source), name
-    )
+    header = CUDA_MODULE_HEADER.format(origin=origin + " stack depth", imports="")
+    return getattr(_load(name, header + tables + source), name)
 
 
 def _halo(body: list[Stmt], launch_index: str, buffers: list[str]) -> int:

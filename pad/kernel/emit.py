@@ -486,6 +486,25 @@ from pad.kernel.runtime import {imports}
 """
 
 
+def tables_source(tables: dict[str, np.ndarray]) -> str:
+    """The constant tables a kernel reads, as module-level arrays: numba (CPU and CUDA) freezes a global
+    array into the compiled code as a constant, so an element at indices known after unrolling becomes a
+    number in the arithmetic instead of a load."""
+    lines = [
+        f"{name} = np.array({_literal(v.tolist())}, dtype={v.dtype.name!r})" for name, v in tables.items()
+    ]
+    return "".join(line + "\n" for line in lines) + ("\n\n" if lines else "")
+
+
+def _literal(x: object) -> str:
+    """``x`` (nested lists of numbers) as Python source that reads back exactly."""
+    if isinstance(x, list):
+        return "[" + ", ".join(map(_literal, x)) + "]"
+    if isinstance(x, float) and not math.isfinite(x):
+        return "math.nan" if math.isnan(x) else ("math.inf" if x > 0 else "-math.inf")
+    return repr(x)
+
+
 # ---------------------------------------------------------------------------------------------- CUDA
 BLOCK = 128  # threads per block of every generated CUDA kernel
 _CUDA_CAST = {"f4": "np.float32({})", "f8": "{}", "i": "int({})", "b": "({} != 0)"}

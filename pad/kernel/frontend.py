@@ -43,6 +43,7 @@ from pad.kernel.ir import (
     TupleKind,
     While,
 )
+from pad.kernel.names import constant
 from pad.kernel.rules import BUILTINS, MATH, NUMPY, RULES
 
 
@@ -147,6 +148,61 @@ def _is_local_array(obj: Any) -> bool:
     return getattr(obj, "_pad_local_array", False)
 
 
+# ---------------------------------------------------------------------------------------------- tables
+#: The largest module-level array a kernel may read as a constant table: its values are printed into the
+#: generated source, and a CUDA kernel keeps them in constant memory (64 KiB in all).
+MAX_TABLE_BYTES = 16384
+
+
+class Tables:
+    """The module-level NumPy arrays a kernel reads by indexing them: constant tables such as LULESH's
+    hourglass modes, printed into the generated code as constants (no argument, no shadow, never active).
+
+    A table's values are taken (copied, read-only) the first time a variant of the kernel is compiled with
+    it; a later variant that finds other values under its name is refused, since the primal and its
+    derivatives would then compute with different tables.
+    """
+
+    def __init__(self) -> None:
+        self.values: dict[str, np.ndarray] = {}  # IR name -> the values taken
+        self._names: dict[str, str] = {}  # "module.NAME" -> IR name
+
+    def take(self, src: Source, node: ast.expr, name: str, value: np.ndarray) -> str:
+        """The IR name of global array ``name`` (``value``), checked and taken on first use."""
+        where = f"{src.fn.__module__}.{name}"
+        if value.dtype.kind not in "biuf" or value.ndim == 0:
+            raise src.error(
+                node,
+                f"the global {name!r} is a {value.ndim}-d array of {value.dtype}, not a table of numbers",
+                "kernels read module-level arrays of bool, int or float (one dimension or more) by indexing them",
+            )
+        if value.nbytes > MAX_TABLE_BYTES:
+            raise src.error(
+                node,
+                f"the global array {name!r} holds {value.nbytes} bytes, more than a constant table's "
+                f"{MAX_TABLE_BYTES}",
+                "pass it as a kernel argument",
+            )
+        ir_name = self._names.get(where)
+        if ir_name is None:
+            ir_name = constant(name)
+            while ir_name in self.values:  # the same name in another module
+                ir_name += "_"
+            self._names[where] = ir_name
+            self.values[ir_name] = taken = value.copy()
+            taken.flags.writeable = False
+            return ir_name
+        taken = self.values[ir_name]
+        if taken.dtype != value.dtype or taken.shape != value.shape or not np.array_equal(taken, value):
+            raise src.error(
+                node,
+                f"the global array {where} has changed since this kernel was first compiled with it (a "
+                "kernel takes a table's values when it first compiles)",
+                "leave constant tables unchanged, or pass the array as a kernel argument",
+            )
+        return ir_name
+
+
 # ---------------------------------------------------------------------------------------------- lowering
 @dataclass
 class Scope:
@@ -162,9 +218,10 @@ class Scope:
 class Lowering:
     """Lowers one kernel (with its helpers inlined) to IR statements."""
 
-    def __init__(self, namer: Namer, kinds: dict[str, Kind], depth: int = 0) -> None:
+    def __init__(self, namer: Namer, kinds: dict[str, Kind], tables: Tables, depth: int = 0) -> None:
         self.namer = namer
         self.kinds = kinds  # IR name -> kind, for arrays, tuples and typed scalars the lowering introduces
+        self.tables = tables
         self.depth = depth
 
     # -- scopes ----------------------------------------------------------------------------------------
@@ -255,6 +312,8 @@ class Lowering:
         value = scope.src.env.get(
             n, getattr(__builtins__, n, None) if not isinstance(__builtins__, dict) else __builtins__.get(n)
         )
+        if isinstance(value, np.ndarray):
+            raise scope.src.error(node, f"the array {n!r} is used as a scalar", "index it")
         if isinstance(value, (bool, int, float, np.integer, np.floating)):
             # float32 and float64 constants keep their type (Python floats are weak: analysis.WEAK); other
             # NumPy scalars become Python numbers.
@@ -371,6 +430,31 @@ class Lowering:
         out.extend(chain)
         return Name(result)
 
+    def array_named(self, scope: Scope, node: ast.Name) -> str | None:
+        """The IR name of the array ``node`` names: an argument, a local array, or a module-level NumPy array
+        (a constant table, ``Tables``); None if it names no array."""
+        if node.id in scope.arrays:
+            return scope.arrays[node.id]
+        if node.id in scope.scalars or node.id in scope.tuples:
+            return None
+        value = scope.src.env.get(node.id)
+        if not isinstance(value, np.ndarray):
+            return None
+        ir_name = self.tables.take(scope.src, node, node.id, value)
+        self.kinds[ir_name] = ArrayKind(value.dtype, value.ndim)
+        return ir_name
+
+    def writable(self, scope: Scope, node: ast.AST, array: str) -> None:
+        """Refuse a store into a tuple or a constant table."""
+        if array in scope.tuples:
+            raise scope.src.error(node, "tuples are immutable", "build a new tuple")
+        if array in self.tables.values:
+            raise scope.src.error(
+                node,
+                f"{ast.unparse(node)} writes into a module-level array, which kernels read as a constant table",
+                "pass the array as a kernel argument to write into it",
+            )
+
     def _array_kind(self, array: str) -> ArrayKind:
         kind = self.kinds[array]
         assert isinstance(kind, ArrayKind)
@@ -400,11 +484,11 @@ class Lowering:
                     node, f"the tuple {base.id!r} is indexed with {len(indices)} indices", "index it with one"
                 )
             return base.id, self.expr(scope, indices[0], out)
-        if base.id not in scope.arrays:
+        array = self.array_named(scope, base)
+        if array is None:
             raise scope.src.error(
                 node, f"{base.id!r} is not an array", "only arrays and tuples can be indexed"
             )
-        array = scope.arrays[base.id]
         kind = self._array_kind(array)
         if len(indices) != kind.ndim:
             raise scope.src.error(
@@ -461,8 +545,9 @@ class Lowering:
         return [acc]
 
     def array_arg(self, scope: Scope, node: ast.expr) -> str:
-        if isinstance(node, ast.Name) and node.id in scope.arrays:
-            return scope.arrays[node.id]
+        array = self.array_named(scope, node) if isinstance(node, ast.Name) else None
+        if array is not None:
+            return array
         raise scope.src.error(node, f"{ast.unparse(node)} is not an array")
 
     def callee(self, scope: Scope, node: ast.Call) -> tuple[str | None, Any]:
@@ -529,7 +614,7 @@ class Lowering:
                 value = self.expr(scope, a, out)
                 out.append(Assign(self.var(inner, p), Call("copy", (value,)), line=line))
         body: list[Stmt] = []
-        sub = Lowering(self.namer, self.kinds, self.depth + 1)
+        sub = Lowering(self.namer, self.kinds, self.tables, self.depth + 1)
         results = sub.function_body(inner, body)
         out.extend(body)
         return results
@@ -686,8 +771,7 @@ class Lowering:
             if len(atoms) != 1:
                 raise src.error(target, "cannot store a tuple into an array element")
             array, index = self.element(scope, target, out)
-            if array in scope.tuples:
-                raise src.error(target, "tuples are immutable", "build a new tuple")
+            self.writable(scope, target, array)
             out.append(Store(array, index, atoms[0], line=line))
         else:
             raise src.error(target, f"cannot assign to {ast.unparse(target)}")
@@ -709,8 +793,7 @@ class Lowering:
             out.append(Assign(name, Call("copy", (t,)), line=line))
         elif isinstance(node.target, ast.Subscript):
             array, index = self.element(scope, node.target, out)
-            if array in scope.tuples:
-                raise src.error(node, "tuples are immutable", "build a new tuple")
+            self.writable(scope, node, array)
             if op in ("add", "sub"):
                 v = value if op == "add" else self.emit(out, Call("neg", (value,)), line)
                 out.append(Store(array, index, v, accumulate=True, line=line))
@@ -886,10 +969,12 @@ class Lowered:
     kinds: dict[str, Kind]
     namer: Namer
     filename: str
+    tables: dict[str, np.ndarray]  # IR name -> values of the constant tables read
 
 
-def lower_kernel(fn: Callable[..., Any], kinds: list[Kind]) -> Lowered:
-    """Lower kernel ``fn`` for arguments of ``kinds``."""
+def lower_kernel(fn: Callable[..., Any], kinds: list[Kind], tables: Tables | None = None) -> Lowered:
+    """Lower kernel ``fn`` for arguments of ``kinds``; ``tables``: the kernel's constant tables, taken by
+    its variants compiled before."""
     src = Source.of(fn)
     tree = src.tree
     params = [a.arg for a in tree.args.args]
@@ -901,7 +986,8 @@ def lower_kernel(fn: Callable[..., Any], kinds: list[Kind]) -> Lowered:
         )
     namer = Namer()
     all_kinds: dict[str, Kind] = {}
-    low = Lowering(namer, all_kinds)
+    tables = tables if tables is not None else Tables()
+    low = Lowering(namer, all_kinds, tables)
     scope = Scope(src, "")
     low.launch_index = low.var(scope, params[0])
     all_kinds[low.launch_index] = "i"
@@ -932,7 +1018,8 @@ def lower_kernel(fn: Callable[..., Any], kinds: list[Kind]) -> Lowered:
             "store results into an output array",
         )
     body.extend(low.block(scope, tree.body))
-    return Lowered(ir_params, normalize(body, [], namer), all_kinds, namer, src.filename)
+    read = {n: v for n, v in tables.values.items() if n in all_kinds}
+    return Lowered(ir_params, normalize(body, [], namer), all_kinds, namer, src.filename, read)
 
 
 def kind_of_value(value: Any, what: str) -> Kind:
@@ -959,4 +1046,4 @@ def _scalar_kind(v: Any, what: str) -> str:
     return k
 
 
-__all__ = ["ArrayKind", "KernelSyntaxError", "TupleKind", "kind_of_value", "lower_kernel"]
+__all__ = ["ArrayKind", "KernelSyntaxError", "Tables", "TupleKind", "kind_of_value", "lower_kernel"]

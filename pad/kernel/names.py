@@ -21,6 +21,7 @@ TANGENT = "_d_"  # the tangent of a variable or array
 PRIVATE = "_pv"  # where a thread accumulates into an array: its private buffer, or the array itself
 BUFFER = "_priv"  # a launcher's parameter holding an array's private buffers, one per slot
 UNORDERED = "_any"  # prefix of loop variables of loops whose iterations may run in any order
+CONSTANT = "_k_"  # a module-level array a kernel reads as a constant table
 _PREFIXES = (PRIVATE, ADJOINT, TANGENT)
 _TEMPORARY = re.compile(r"_t\d+$")  # the frontend's three-address temporaries
 
@@ -33,6 +34,11 @@ def adj(name: str) -> str:
 def tan(name: str) -> str:
     """Name of the tangent of a variable or array."""
     return TANGENT + name
+
+
+def constant(name: str) -> str:
+    """Name, in generated code, of the constant table a kernel's module calls ``name``."""
+    return CONSTANT + name
 
 
 def private(name: str) -> str:

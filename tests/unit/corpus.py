@@ -695,6 +695,30 @@ def _local_arrays():
     return prog, lambda rng, dt: (dup(arr(rng, 12, dt)), dup(arr(rng, 4, dt)))
 
 
+# Constant tables: module-level arrays read by indexing, printed into the generated code (no shadow).
+MODES = np.array([[1.0, 1.0, -1.0, -1.0], [1.0, -1.0, -1.0, 1.0], [0.5, -2.0, 0.25, 3.0]])
+CORNERS = np.array([3, 0, 2, 1], dtype=np.int32)
+
+
+@pad.kernel
+def k_tables(i, x, y):
+    for m in range(MODES.shape[0]):
+        s = 0.0
+        for k in range(len(CORNERS)):
+            s += MODES[m, k] * x[4 * i + CORNERS[k]] * x[4 * i + k]
+        for r in range(CORNERS[i % 4]):  # trips from a table: a CUDA adjoint's stack depth reads it too
+            s = math.sin(s) * MODES[m, r]
+        y[3 * i + m] = s * MODES[m, m]
+
+
+@case("constant tables")
+def _tables():
+    def prog(x, y):
+        pad.launch(k_tables, y.shape[0] // 3, x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 16, dt)), dup(arr(rng, 12, dt)))
+
+
 @pad.kernel
 def k_local_inplace(i, x, y):
     w = pad.local_array(4)
