@@ -82,28 +82,50 @@ class Graph:
 
 
 _SCALARS = (bool, int, float, complex, str, bytes, type(None))
+_Keyer = Callable[[Any, list[Any]], Any]
+_KEYERS: dict[type, _Keyer] = {}  # per argument type: how to key it (a replay's Python is mostly keying)
 
 
 def _key(a: Any, parts: list[Any]) -> Any:
     """What identifies argument ``a`` for a replay (arrays are kept alive in ``parts``)."""
+    keyer = _KEYERS.get(type(a))
+    if keyer is None:
+        keyer = _KEYERS[type(a)] = _keyer(a)
+    return keyer(a, parts)
+
+
+def _keyer(a: Any) -> _Keyer:
+    """How to key arguments of ``a``'s type: scalars and 0-d arrays by value, arrays by identity and layout,
+    containers and dataclasses by what they hold."""
+    kind = type(a)
     if isinstance(a, _SCALARS):
-        return (type(a), a)
+        return lambda x, parts: (kind, x)
     if hasattr(a, "shape") and hasattr(a, "dtype"):
-        if not getattr(a, "ndim", 0):  # a NumPy scalar: by value
-            return (type(a), a.item() if hasattr(a, "item") else a)
-        parts.append(a)
-        return (id(a), a.shape, a.strides, a.dtype.str, arrays.is_device(a))
+        device = arrays.is_device(a)
+
+        def array(x: Any, parts: list[Any]) -> Any:
+            if not x.ndim:  # a NumPy scalar: by value
+                return (kind, x.item() if hasattr(x, "item") else x)
+            parts.append(x)
+            return (id(x), x.shape, x.strides, x.dtype, device)
+
+        return array
     if isinstance(a, (tuple, list)):
-        return (type(a), tuple(_key(x, parts) for x in a))
+        return lambda x, parts: (kind, tuple([_key(v, parts) for v in x]))
     if isinstance(a, dict):
-        return (dict, tuple((k, _key(v, parts)) for k, v in a.items()))
-    if isinstance(a, (Dup, Const, Active)):  # made anew for each call: what they hold identifies them
-        return (type(a), tuple(_key(getattr(a, f.name), parts) for f in dataclasses.fields(a)))
-    if dataclasses.is_dataclass(a) and not isinstance(a, type):
-        parts.append(a)
-        return (id(a), tuple(_key(getattr(a, f.name), parts) for f in dataclasses.fields(a)))
+        return lambda x, parts: (dict, tuple([(k, _key(v, parts)) for k, v in x.items()]))
+    if isinstance(a, (Dup, Const, Active)) or (dataclasses.is_dataclass(a) and not isinstance(a, type)):
+        names = tuple(f.name for f in dataclasses.fields(a))
+        if isinstance(a, (Dup, Const, Active)):  # made anew for each call: what they hold identifies them
+            return lambda x, parts: (kind, tuple([_key(getattr(x, n), parts) for n in names]))
+
+        def record(x: Any, parts: list[Any]) -> Any:
+            parts.append(x)
+            return (id(x), tuple([_key(getattr(x, n), parts) for n in names]))
+
+        return record
     raise TypeError(
-        f"pad.graph: cannot tell one {type(a).__name__} argument from another; pass arrays, scalars, or "
+        f"pad.graph: cannot tell one {kind.__name__} argument from another; pass arrays, scalars, or "
         "tuples, lists, dicts or dataclasses of them (reach other objects through the step's closure)"
     )
 

@@ -4,6 +4,7 @@ is replayed whole, forward and adjoint."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -68,6 +69,36 @@ def test_new_arguments_are_recorded_anew_never_replayed_stale():
     step(1.0, x, flat)
     step(1.0, x.reshape(2, 2)[0], flat[:2])  # a view is another array
     assert flat.tolist() == [4.0, 4.0, 2.0, 2.0]
+
+
+@dataclasses.dataclass
+class _Fields:
+    a: Any
+    x: Any
+    y: Any
+
+
+def _fields_step(f):
+    _step(f.a, f.x, f.y)
+
+
+def test_a_dataclass_is_keyed_by_what_it_holds_now():
+    """The same dataclass with a field replaced, by another array or a view, or a NumPy scalar of another
+    value: each is a new record."""
+    f = _Fields(np.float64(1.0), np.ones(4), np.zeros(4))
+    step = pad.graph(_fields_step)
+    step(f)
+    step(f)
+    assert (f.y == 4).all()
+    f.a = np.float64(3.0)  # same type, another value
+    step(f)
+    assert (f.y == 10).all()
+    first, f.y = f.y, np.zeros(4)  # a field replaced
+    step(f)
+    assert (f.y == 6).all() and (first == 10).all()
+    f.x, f.y = f.x[::2], f.y[1:3]  # views: other arrays of other layouts
+    step(f)
+    assert f.y.tolist() == [12.0, 12.0] and f.y.base.tolist() == [6.0, 12.0, 12.0, 6.0]
 
 
 def test_arguments_it_cannot_compare_are_refused():
