@@ -10,7 +10,9 @@ colour touch one element. What the launcher does with that (pad/parallel) is not
 
 The slice keeps exactly the statements that compute the touched indices. A branch whose condition depends
 on floating-point data runs both arms (the touches of both are recorded: a superset, which only adds
-conflicts); a loop whose bounds do, its body once. An index that depends on floating-point data cannot be
+conflicts), and so does a branch on a flag (array data the same for every launch index: a plan read from it
+would be made anew whenever the flag is written); a loop whose bounds depend on floating-point data, its
+body once. An index that depends on floating-point data cannot be
 inspected: that array keeps per-thread buffers. So does an array touched at an index that does not vary
 with the launch index (every iteration touches it).
 """
@@ -148,6 +150,8 @@ class _Scan:
 
     touched: set[str]
     sources: set[str]  # index arrays the slice may read: global integer arrays the kernel does not write
+    varying: set[str]  # names that may differ between launch indices (``analysis.varying``)
+    loaded: set[str] = field(default_factory=set)  # names whose values come from array elements
     touches: list[tuple[Stmt, str, tuple[Expr, ...], bool]] = field(default_factory=list)
     ok: set[int] = field(default_factory=set)  # id() of assignments computable where they stand
     exact: set[int] = field(default_factory=set)  # id() of branches and loops whose conditions/bounds are
@@ -155,6 +159,12 @@ class _Scan:
 
     def computable(self, e: Expr, env: set[str]) -> bool:
         return set(names_in(e)) <= env and all(a in self.sources for a in arrays_in(e))
+
+    def flag(self, cond: Expr) -> bool:
+        """Whether ``cond`` reads arrays but is the same for every launch index (``if earlier[0] == 0``): its
+        branch runs both arms, lest the plan depend on the flag and be made anew whenever it is written."""
+        names = set(names_in(cond))
+        return bool(arrays_in(cond) or names & self.loaded) and not names & self.varying
 
     def block(self, stmts: list[Stmt], env: set[str], record: bool) -> set[str]:
         for s in stmts:
@@ -173,13 +183,15 @@ class _Scan:
             self.touch(s, s.array, s.index, env, record)
             return env
         if isinstance(s, Assign):
+            if arrays_in(s.value) or set(names_in(s.value)) & self.loaded:
+                self.loaded.add(s.target)
             if self.computable(s.value, env):
                 if record:
                     self.ok.add(id(s))
                 return env | {s.target}
             return env - {s.target}
         if isinstance(s, If):
-            if self.computable(s.cond, env):
+            if self.computable(s.cond, env) and not self.flag(s.cond):
                 if record:
                     self.exact.add(id(s))
                 return self.block(s.body, set(env), record) & self.block(s.orelse, set(env), record)
@@ -254,11 +266,11 @@ def build(
     }
     scalars = {p for p in params if kinds.get(p) in ("i", "b")}
     arrays = {p for p in params if isinstance(kinds.get(p), ArrayKind)}
-    scan = _Scan(touched, sources)
+    var = varying(body, launch_index, set())
+    scan = _Scan(touched, sources, var)
     scan.block(body, {launch_index} | scalars | arrays, True)
     if scan.partial:
         return None
-    var = varying(body, launch_index, set())
     bad = {a for _, a, index, ok in scan.touches if not ok or not any(set(names_in(x)) & var for x in index)}
     inspected = touched - bad
     if not inspected:

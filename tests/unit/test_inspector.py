@@ -241,6 +241,34 @@ def test_an_index_array_changed_by_a_kernel_is_inspected_again():
 
 
 @pad.kernel
+def k_count_unless(i, idx, skip, counts):
+    """Counts at ``idx[i]`` unless ``skip[0]`` is set: a flag that is the same for every launch index."""
+    if skip[0] == 0:
+        counts[idx[i]] += 1
+
+
+@pad.kernel
+def k_set(i, skip, value):
+    skip[i] = value
+
+
+def test_a_flag_written_between_launches_keeps_the_plan():
+    """A branch on a flag (one element, the same for every launch index) runs both arms in the inspector:
+    the plan does not read the flag, so a kernel writing it does not make the plan anew."""
+    n = 3000
+    idx = np.random.default_rng(8).integers(0, 50, n)
+    skip, counts = np.zeros(1, np.int64), np.zeros(50, np.int64)
+    pad.launch(k_count_unless, n, idx, skip, counts)
+    made = plans.stats()["kernels"]["k_count_unless (primal)"]["inspections"]
+    pad.launch(k_set, 1, skip, 1)
+    pad.launch(k_count_unless, n, idx, skip, counts)
+    pad.launch(k_set, 1, skip, 0)
+    pad.launch(k_count_unless, n, idx, skip, counts)
+    assert plans.stats()["kernels"]["k_count_unless (primal)"]["inspections"] == made
+    np.testing.assert_array_equal(counts, 2 * np.bincount(idx, minlength=50))
+
+
+@pad.kernel
 def k_hex_cos(i, nodes, x, y):
     """``k_hex`` with a cosine: another kernel planned from the same node list."""
     s = 0.0
