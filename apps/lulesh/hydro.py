@@ -11,7 +11,7 @@ One cycle (the original's ``TimeIncrement`` then ``LagrangeLeapFrog``), in launc
 2. ``k_element_forces`` (stress and hourglass forces per corner) -> ``k_gather_forces`` (per node) ->
    halo sum of the forces -> ``k_advance_nodes`` -> halo copy of positions and velocities
 3. ``k_kinematics`` (with the monotonic Q's gradients) -> ghost exchange of the velocity gradients -> ``k_monoq``
-   -> ``k_eos`` (with the volumes' update; on CPUs one launch per repetition count)
+   -> ``k_eos`` (with the volumes' update)
 4. ``k_time_constraints`` (per chunk of elements) -> ``k_min_chunks`` (GPUs: a tree) -> ``k_time_reduce``
 """
 
@@ -150,15 +150,6 @@ class Hydro:
         self.neighbours = put(mesh.neighbours)
         self.symmetry = put(mesh.symmetry)
         self.rep = put(mesh.rep)
-        # CPUs run the EOS once per repetition count, over the elements of that count, so that each launch's
-        # threads have equal work: one launch over the mesh gives a thread whole runs of costly elements
-        # (the original loops over regions alike). GPUs run it over the mesh in order: grouped elements
-        # coalesce worse, and a warp gains less from equal work than that loses.
-        if memory.device == "cpu":
-            groups = [np.flatnonzero(mesh.rep == count) for count in np.unique(mesh.rep)]
-        else:
-            groups = [np.arange(nelem)]
-        self.eos_groups = [put(group.astype(mesh.rep.dtype)) for group in groups]
         # scratch: rewritten every cycle before it is read
         # Stress and hourglass forces per corner (see mesh). A GPU sums the two per corner, as LLNL's CUDA
         # port does (half the bytes); CPUs keep them apart and sum each in the C++ original's order.
@@ -269,11 +260,10 @@ class Hydro:
             K.k_monoq, m.nelem, self.neighbours, self.delv_grad, self.delx, self.vdov, s.elem_mass, s.volo,
             self.vnew, s.params, s.q, self.qq, self.ql, self.fault, self.earlier, self.flag,
         )  # fmt: skip
-        for group in self.eos_groups:
-            pad.launch(
-                K.k_eos, len(group), group, self.rep, s.v, self.vnew, self.delv, self.qq, self.ql, s.e, s.p,
-                s.q, s.ss, self.e_new, self.p_new, self.q_new, self.fault, self.earlier, self.flag,
-            )  # fmt: skip
+        pad.launch(
+            K.k_eos, m.nelem, self.rep, s.v, self.vnew, self.delv, self.qq, self.ql, s.e, s.p, s.q, s.ss,
+            self.e_new, self.p_new, self.q_new, self.fault, self.earlier, self.flag,
+        )  # fmt: skip
 
     def time_constraints(self, s: State) -> None:
         first, last = self.partials[0], self.partials[-1]

@@ -781,13 +781,12 @@ def energy(vnewc, delvc, e_old, p_old, q_old, qq, ql):
 
 
 @pad.kernel
-def k_eos(k, elements, rep, v, vnew, delv, qq, ql, e, p, q, ss, e_new, p_new, q_new, fault, earlier, flag):
-    """The EOS of element ``i = elements[k]`` (EvalEOSForElems with CalcEnergyForElems and
-    CalcSoundSpeedForElems): the new e, p, q and sound speed, then the relative volume for the next cycle,
-    snapped to 1 within V_CUT (UpdateVolumesForElems, in the same launch as LLNL's CUDA port does). Costly
-    regions evaluate the EOS ``rep[i]`` times, as the original does (its load imbalance): the earlier
-    evaluations write scratch (``e_new``, ...), which nothing reads."""
-    i = elements[k]
+def k_eos(i, rep, v, vnew, delv, qq, ql, e, p, q, ss, e_new, p_new, q_new, fault, earlier, flag):
+    """The EOS of element ``i`` (EvalEOSForElems with CalcEnergyForElems and CalcSoundSpeedForElems):
+    the new e, p, q and sound speed, then the relative volume for the next cycle, snapped to 1 within V_CUT
+    (UpdateVolumesForElems, in the same launch as LLNL's CUDA port does). Costly regions evaluate the EOS
+    ``rep[i]`` times, as the original does (its load imbalance): the earlier evaluations write scratch
+    (``e_new``, ...), which nothing reads."""
     vnewc = min(max(vnew[i], EOSVMIN), EOSVMAX)
     if min(max(v[i], EOSVMIN), EOSVMAX) <= 0.0:
         count_fault(fault, earlier, flag, i, EOS_VOLUME)
