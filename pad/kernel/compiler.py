@@ -267,7 +267,7 @@ def _adjoint(k: Analysed, launcher: Launcher, touched: set[str], fused: bool, ta
     outputs are made too."""
     rev = Reverse(k.low.body, k.low.kinds, k.types, k.act, k.launch_index, k.low.namer, touched, k.defs)
     rev.fused = fused
-    rev.keep = target == "cpu"
+    rev.keep_loops = target == "cpu"
     rev.cleared = frozenset(a for a in k.overwrites if a in k.act.arrays)
     launcher.clears = [(adj(a), k.overwrites[a]) for a in sorted(rev.cleared)]
     live_out = {adj(k.params[p]) for p in k.active_scalars}
