@@ -57,8 +57,8 @@ def default_parameters(nx: int, tp: int) -> dict[str, float]:
 
 DEVICE_BYTES = {
     "primal": (478, 86, 174),
-    "grad": (948, 556, 444),
-    "sensitivity": (924, 605, 492),
+    "grad": (948, 316, 440),
+    "sensitivity": (924, 365, 488),
     "snapshot": (370, 71, 114),
 }
 """Device bytes of one rank's run per element, per node and once, by mode, and of each state snapshot that a

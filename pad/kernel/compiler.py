@@ -77,7 +77,17 @@ from pad.kernel.names import (
     tan,
     unbuffer,
 )
-from pad.kernel.optimize import converge, defer_scales, privatize, promote, read_first, sink, tidy
+from pad.kernel.optimize import (
+    converge,
+    defer_scales,
+    privatize,
+    promote,
+    read_first,
+    sink,
+    small_loops,
+    tidy,
+    unroll,
+)
 from pad.kernel.races import racing_store
 from pad.kernel.reverse import Reverse
 from pad.kernel.tangent import Tangent
@@ -265,9 +275,17 @@ def _adjoint(k: Analysed, launcher: Launcher, touched: set[str], fused: bool, ta
     """The forward sweep and the adjoint sweep (``reverse.py``); adjoints of arrays read at shared indices
     accumulate into private buffers, those of active scalars into per-chunk sums. ``fused``: the primal's
     outputs are made too."""
-    rev = Reverse(k.low.body, k.low.kinds, k.types, k.act, k.launch_index, k.low.namer, touched, k.defs)
+    body, defs = k.low.body, k.defs
+    rev = Reverse(body, k.low.kinds, k.types, k.act, k.launch_index, k.low.namer, touched, defs)
+    if target == "cuda":  # a taped loop's saves go to global memory, an unrolled one's to registers
+        taped = {id(s) for s in walk(body) if isinstance(s, For)} - rev.recompute
+        small = small_loops(body, taped)
+        if small:
+            body = unroll(body, small)
+            defs = definitions(body, k.launch_index, k.low.kinds)
+            rev = Reverse(body, k.low.kinds, k.types, k.act, k.launch_index, k.low.namer, touched, defs)
     rev.fused = fused
-    rev.keep = target == "cpu"
+    rev.keep_loops = target == "cpu"
     rev.cleared = frozenset(a for a in k.overwrites if a in k.act.arrays)
     launcher.clears = [(adj(a), k.overwrites[a]) for a in sorted(rev.cleared)]
     live_out = {adj(k.params[p]) for p in k.active_scalars}

@@ -7,6 +7,7 @@ prints, so a reader follows the adjoint of a source line in a few lines of the s
 from __future__ import annotations
 
 import copy
+import functools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -620,3 +621,48 @@ def _elems(e: Expr) -> Iterator[Elem]:
     elif isinstance(e, Call):
         for a in e.args:
             yield from _elems(a)
+
+
+UNROLLED_TRIPS = 4  # ``unroll``: loops of at most this many iterations
+UNROLLED_STATEMENTS = 96  # and at most this many statements once unrolled
+
+
+def small_loops(body: list[Stmt], among: set[int]) -> set[int]:
+    """id() of the loops of ``among`` that ``unroll`` takes: ``for`` loops with literal bounds, a few
+    iterations of a short body that assigns its variable nowhere and declares no local array."""
+    out: set[int] = set()
+    for s in walk(body):
+        if not (isinstance(s, For) and id(s) in among):
+            continue
+        bounds = (s.start, s.stop, s.step)
+        if not all(isinstance(b, Lit) and isinstance(b.value, int) for b in bounds):
+            continue
+        trips = len(range(*(int(b.value) for b in bounds)))  # type: ignore[attr-defined]
+        inner = list(walk(s.body))
+        if (
+            trips <= UNROLLED_TRIPS
+            and trips * len(inner) <= UNROLLED_STATEMENTS
+            and s.var not in assigned(s.body)
+            and not any(isinstance(x, (LocalArray, While)) for x in inner)
+        ):
+            out.add(id(s))
+    return out
+
+
+def unroll(body: list[Stmt], loops: set[int]) -> list[Stmt]:
+    """``body`` with each loop whose id() is in ``loops`` replaced by a copy of its body per iteration, the
+    loop variable replaced by the iteration's value (and left at the last one, as Python leaves it). An
+    adjoint saves an unrolled iteration's values in variables where a loop's go to the tape."""
+    out: list[Stmt] = []
+    for s in body:
+        if not (isinstance(s, For) and id(s) in loops):
+            out.append(map_blocks(s, lambda b: unroll(b, loops)) if blocks(s) else s)
+            continue
+        values = range(*(int(b.value) for b in (s.start, s.stop, s.step)))  # type: ignore[attr-defined]
+        inner = unroll(s.body, loops)
+        for v in values:
+            at = {s.var: Lit(v)}
+            out += rewrite(inner, functools.partial(substitute, values=at), lambda n: n)
+        if len(values):
+            out.append(Assign(s.var, Lit(values[-1]), line=s.line))
+    return out

@@ -14,8 +14,8 @@ The scheme (Tapenade's, with recomputation of loop bodies):
   adjoints of its temporaries start each iteration at zero, so iterations hand each other nothing but sums
   (GPU lanes may then share them).
 - Branch decisions and loop bounds are ordinary variables, saved by the same rule when overwritten.
-- A CPU adjoint keeps what it can instead of using the tape or recomputing (``keep``): a value saved outside
-  every loop in a variable of its own, and the values a recomputed loop's reverse reads, where that loop and
+- An adjoint keeps a value saved outside every loop in a variable of its own, not on the tape; a
+  CPU adjoint also keeps the values a recomputed loop's reverse reads (``keep_loops``), where that loop and
   the loops around it run a literal number of iterations, in small local arrays indexed by those iterations,
   where the cost rule of ``kept_values`` finds that cheaper than replaying the iteration for them.
 Then the adjoint is tidied: additions of adjoints known to be zero go, what follows a branch and does
@@ -121,9 +121,10 @@ class Reverse:
     tails: dict[int, list[Stmt]] = field(default_factory=dict)
     # id() of a recomputed loop's forward copy -> (scalars pushed per iteration, the body's own forward sweep)
     replays: dict[int, tuple[int, list[Stmt]]] = field(default_factory=dict)
-    # CPU adjoints keep values in variables and small local arrays instead of on the tape or recomputing
-    # them (``save``); CUDA adjoints would spend registers and local memory on them.
-    keep: bool = False
+    # Saves outside loops go to variables (``save``), but in a replayed loop body (``kept_values``); CPU
+    # adjoints keep a recomputed loop's values in small local arrays, where CUDA ones would spend local memory.
+    keep: bool = True
+    keep_loops: bool = False
     enclosing: list[For | While] = field(default_factory=list)  # the loops being transformed, outermost first
     kept_arrays: dict[str, LocalArray] = field(default_factory=dict)  # the local arrays of kept values
     keep_stores: set[int] = field(default_factory=set)  # id() of the forward sweep's stores into them
@@ -241,7 +242,7 @@ class Reverse:
         """(forward, reverse) code that saves ``names`` before statement ``s`` and restores them after its
         adjoint. Inside a loop the values go on the tape (an iteration's save is restored by the same
         iteration's reverse, in last-in first-out order); outside every loop each save runs at most once per
-        launch index, and a CPU adjoint keeps it in a variable of its own, which the compiler keeps in a
+        launch index, and the adjoint keeps it in a variable of its own, which the compiler keeps in a
         register, where a tape slot is memory it must store and load again."""
         if self.enclosing or not self.keep:
             push: list[Stmt] = [Push(Name(v), self.stack_kind(v), line=s.line) for v in names]
@@ -458,11 +459,11 @@ class Reverse:
 
         replay = [*(Assign(h, Lit(False)) for h in hit.values()), *rebuilt(s.body, True)]
         # The forward below runs the body as written, storing no kept value: no loop inside keeps any.
-        keep, self.keep = self.keep, False
+        kept, self.keep, self.keep_loops = (self.keep, self.keep_loops), False, False
         try:
             f_rep, r_rep = self.region(replay, set())
         finally:
-            self.keep = keep
+            self.keep, self.keep_loops = kept
         if any(isinstance(x, (Push, Pop)) for x in walk(f_rep + r_rep)):
             return None
         forward: list[Stmt] = [
@@ -676,7 +677,7 @@ class Reverse:
         (floating-point values the reverse reads, assigned in the body), a value is dropped while dropping
         it costs nothing more, so what is kept saves more than it costs.
         """
-        if not self.keep or not self.enclosing or self.enclosing[-1] is not s:
+        if not self.keep_loops or not self.enclosing or self.enclosing[-1] is not s:
             return {}
         slots = self.slots()
         if not slots or math.prod(slots) > KEPT_SLOTS:

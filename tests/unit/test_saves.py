@@ -30,7 +30,7 @@ def k_overwrite_in_outer_loop(i, x, y):
     a[0] = x[i]
     a[1] = 2.0 * x[i]
     total = 0.0
-    for m in range(3):
+    for m in range(5):  # more iterations than a CUDA adjoint unrolls (optimize.UNROLLED_TRIPS)
         for k in range(2):
             total += math.sin(a[k])  # read, then overwritten in the next iteration
         a[m % 2] = a[m % 2] * a[(m + 1) % 2]
