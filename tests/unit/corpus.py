@@ -773,19 +773,19 @@ def _local_dead_stores():
 @pad.kernel
 def k_dead_replay(i, x, y):
     g = pad.local_array((3, 2))
-    h = pad.local_array(3)
+    h = pad.local_array(6)
     for m in range(2):
         s = 0.0
         for k in range(3):
             s += x[i] * (k + m + 1)
         for k in range(3):
             g[k, m] = math.cos(s * k)  # read by the forward sweep only: dead where the reverse replays it
-    for k in range(3):
-        h[k] = g[k, 0] * g[k, 1]
-    for k in range(1, 3):
+    for k in range(6):
+        h[k] = g[k % 3, 0] * g[k % 3, 1]
+    for k in range(1, 6):  # more iterations than a CUDA adjoint unrolls (optimize.UNROLLED_TRIPS)
         h[k] = h[k] + 0.5 * h[k - 1]  # reads what the previous iteration stored
     t = 0.0
-    for k in range(3):
+    for k in range(6):
         t += h[k] * h[k]
     y[i] = t
 
