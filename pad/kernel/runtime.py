@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import types as types_module
 from typing import Any
 
 import numpy as np
@@ -16,6 +17,19 @@ from numba.core import cgutils
 from numba.core.compiler import CompilerBase, DefaultPassBuilder
 from numba.extending import intrinsic
 from numba.np.arrayobj import make_array, populate_array
+
+
+def serial_and_parallel(fn: Any) -> tuple[Any, Any]:
+    """``fn`` compiled by numba (``cache=True``) to run its ``prange`` loops one iteration after another, and
+    in parallel. numba's on-disk cache keys a function by its module, name, code and closure, not its
+    options: the two would share one entry, each loading whichever compiled first. The parallel one is
+    compiled from a copy of ``fn`` named ``<name>.parallel``."""
+    twin = types_module.FunctionType(
+        fn.__code__, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__
+    )
+    twin.__qualname__ = f"{fn.__qualname__}.parallel"
+    twin.__doc__, twin.__module__ = fn.__doc__, fn.__module__
+    return njit(cache=True)(fn), njit(parallel=True, cache=True)(twin)
 
 
 class Straight(CompilerBase):  # type: ignore[misc]

@@ -16,7 +16,7 @@ from typing import Any
 
 import numba
 import numpy as np
-from numba import njit, prange, types
+from numba import prange, types
 
 from pad import arrays
 from pad.kernel import Variant, compiler, runtime
@@ -40,8 +40,7 @@ def _add_rows(out: np.ndarray, rows: np.ndarray) -> None:
         out[j] = total
 
 
-_sum_rows_into = njit(cache=True)(_add_rows)
-_sum_rows_into_parallel = njit(parallel=True, cache=True)(_add_rows)
+_sum_rows_into, _sum_rows_into_parallel = runtime.serial_and_parallel(_add_rows)
 
 
 def _zeroed(nchunks: int, base: np.ndarray) -> np.ndarray:

@@ -39,10 +39,10 @@ from typing import Any
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import prange
 
 from pad import arrays, replay
-from pad.kernel import Variant, compiler
+from pad.kernel import Variant, compiler, runtime
 from pad.kernel.inspector import MAX_DIMS
 
 __all__ = ["SLOTS", "Plan", "forget", "plan", "prepare", "stats"]
@@ -207,8 +207,7 @@ def _count_differences(a: np.ndarray, b: np.ndarray) -> int:
     return count
 
 
-_differences = njit(cache=True)(_count_differences)
-_differences_parallel = njit(parallel=True, cache=True)(_count_differences)
+_differences, _differences_parallel = runtime.serial_and_parallel(_count_differences)
 
 
 def _same(a: np.ndarray, copy: np.ndarray) -> bool:

@@ -149,3 +149,17 @@ def test_private_buffers_of_one_shape_are_kept_zero_for_later_launches():
             np.testing.assert_allclose(g, expected_g, rtol=1e-12, atol=1e-12)
     finally:
         numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+
+
+def test_serial_and_parallel_twins_keep_apart_in_the_cache():
+    """numba keys its cache by a function's code, not its options: a function compiled with and without
+    ``parallel=True`` would share one cache entry, each loading whichever compiled first."""
+    from pad.kernel import runtime
+    from pad.parallel import cpu
+
+    serial, parallel = runtime.serial_and_parallel(cpu._add_rows)
+    assert not serial.targetoptions.get("parallel") and parallel.targetoptions.get("parallel")
+    assert serial._cache._cache_file._index_path != parallel._cache._cache_file._index_path
+    out, rows = np.zeros(5), np.arange(15.0).reshape(3, 5)
+    parallel(out, rows.copy())
+    np.testing.assert_array_equal(out, rows.sum(axis=0))
