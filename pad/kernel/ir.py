@@ -157,6 +157,16 @@ def substitute(e: Expr, values: Mapping[str, Expr]) -> Expr:
     return e
 
 
+def literal_range(s: Stmt) -> range | None:
+    """The values a ``for`` loop's variable takes when its bounds are integer literals, else None."""
+    if not isinstance(s, For):
+        return None
+    bounds = (s.start, s.stop, s.step)
+    if not all(isinstance(b, Lit) and isinstance(b.value, int) for b in bounds):
+        return None
+    return range(*(int(b.value) for b in bounds))  # type: ignore[attr-defined]
+
+
 def arrays_in(e: Expr) -> Iterator[str]:
     """Every array an expression reads an element of."""
     if isinstance(e, Elem):

@@ -39,6 +39,7 @@ from pad.kernel.ir import (
     call,
     element_type,
     exprs_of,
+    literal_range,
     loaded_arrays,
     map_blocks,
     names_in,
@@ -624,7 +625,7 @@ def _elems(e: Expr) -> Iterator[Elem]:
 
 
 UNROLLED_TRIPS = 4  # ``unroll``: loops of at most this many iterations
-UNROLLED_STATEMENTS = 96  # and at most this many statements once unrolled
+UNROLLED_STATEMENTS = 96  # and at most this many statements in all copies of the body (a nested loop's once)
 
 
 def small_loops(body: list[Stmt], among: set[int]) -> set[int]:
@@ -632,16 +633,14 @@ def small_loops(body: list[Stmt], among: set[int]) -> set[int]:
     iterations of a short body that assigns its variable nowhere and declares no local array."""
     out: set[int] = set()
     for s in walk(body):
-        if not (isinstance(s, For) and id(s) in among):
+        values = literal_range(s) if id(s) in among else None
+        if values is None:
             continue
-        bounds = (s.start, s.stop, s.step)
-        if not all(isinstance(b, Lit) and isinstance(b.value, int) for b in bounds):
-            continue
-        trips = len(range(*(int(b.value) for b in bounds)))  # type: ignore[attr-defined]
+        assert isinstance(s, For)
         inner = list(walk(s.body))
         if (
-            trips <= UNROLLED_TRIPS
-            and trips * len(inner) <= UNROLLED_STATEMENTS
+            len(values) <= UNROLLED_TRIPS
+            and len(values) * len(inner) <= UNROLLED_STATEMENTS
             and s.var not in assigned(s.body)
             and not any(isinstance(x, (LocalArray, While)) for x in inner)
         ):
@@ -655,10 +654,11 @@ def unroll(body: list[Stmt], loops: set[int]) -> list[Stmt]:
     adjoint saves an unrolled iteration's values in variables where a loop's go to the tape."""
     out: list[Stmt] = []
     for s in body:
-        if not (isinstance(s, For) and id(s) in loops):
+        values = literal_range(s) if id(s) in loops else None
+        if values is None:
             out.append(map_blocks(s, lambda b: unroll(b, loops)) if blocks(s) else s)
             continue
-        values = range(*(int(b.value) for b in (s.start, s.stop, s.step)))  # type: ignore[attr-defined]
+        assert isinstance(s, For)
         inner = unroll(s.body, loops)
         for v in values:
             at = {s.var: Lit(v)}

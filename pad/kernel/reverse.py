@@ -72,6 +72,7 @@ from pad.kernel.ir import (
     blocks,
     call,
     exprs_of,
+    literal_range,
     loaded_arrays,
     map_blocks,
     names_in,
@@ -1073,8 +1074,7 @@ class _Dynamic(Exception):
 
 def _trips(s: For | While) -> int:
     """How many times loop ``s`` runs, when its bounds are literals."""
-    bounds = (s.start, s.stop, s.step) if isinstance(s, For) else ()
-    if not bounds or not all(isinstance(b, Lit) and isinstance(b.value, int) for b in bounds):
+    values = literal_range(s)
+    if values is None:
         raise _Dynamic
-    start, stop, step = (int(b.value) for b in bounds)  # type: ignore[attr-defined]
-    return len(range(start, stop, step))
+    return len(values)
