@@ -4,11 +4,12 @@ For each mode, worker count, size and repeat it runs the app's command line once
 process (``--kind threads``), under ``mpiexec -n N`` with one thread per rank (``--kind ranks``; T threads
 each with ``--threads-per-rank T``), or under ``mpiexec`` on N GPUs (``--kind gpus``: ``--device gpu``,
 ``--ranks-per-gpu K`` ranks on each, one by default, and ``gpu_round_robin.sh`` sets each rank's
-``CUDA_VISIBLE_DEVICES`` to one of the N, round-robin). Each point appends one line as soon as it ends, so a
-later failure loses nothing:
+``CUDA_VISIBLE_DEVICES`` to one of the N, round-robin; with ``--mps`` the ranks sharing a GPU run their
+kernels side by side under NVIDIA's Multi-Process Service, whose daemon the study starts and stops). Each
+point appends one line as soon as it ends, so a later failure loses nothing:
 
     {"study", "app", "mode", "kind", "workers", "scaling", "size", "ranks", "threads", "repeat",
-     "ranks_per_gpu", "command", "started", "wall_s", "ok", "error", "result", "machine"}
+     "ranks_per_gpu", "mps", "command", "started", "wall_s", "ok", "error", "result", "machine"}
 
 ``result`` is the app's ``--json`` record (None if it wrote none), ``error`` why the point failed (None when
 it did not), ``machine`` the host (CPU model, cores, GPUs, library versions, pad commit, date). A failed
@@ -23,11 +24,13 @@ gives every thread or rank ``SIZE`` (miniBUDE: ``SIZE`` poses each; LULESH: ``SI
     python -m scripts.scale minibude --kind threads --workers 1 2 4 --modes primal grad -- --deck bm1
     python -m scripts.scale lulesh --kind ranks --workers 1 8 --sizes 60 --iterations 50 --modes primal grad
     python -m scripts.scale lulesh --kind gpus --workers 1 2 --ranks-per-gpu 1 4 --sizes 120 --iterations 50
+    python -m scripts.scale lulesh --kind gpus --workers 2 --ranks-per-gpu 4 --sizes 60 --scaling weak --mps
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -38,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -141,6 +144,42 @@ def environment(point: Point, launcher: Launcher | None = None) -> dict[str, str
         "PYTHONPATH": REPO + (os.pathsep + path if path else ""),
         **(launcher.environment if launcher is not None and point.kind != "threads" else {}),
     }
+
+
+# ------------------------------------------------------------------------------------------------ MPS
+MPS_CONTROL = "nvidia-cuda-mps-control"
+
+
+class MPSError(RuntimeError):
+    """NVIDIA's MPS control daemon could not be started (one line)."""
+
+
+@contextlib.contextmanager
+def mps_daemon(where: str) -> Iterator[dict[str, str]]:
+    """NVIDIA's Multi-Process Service for the study's GPU points: its control daemon started with its pipes
+    and logs under ``where``, stopped (``quit``) when the study ends, failed or not. Yields the environment
+    that makes the points' processes its clients. Under MPS the processes sharing a GPU run their kernels
+    side by side in one context; without it the GPU switches between their contexts in time slices."""
+    control = shutil.which(MPS_CONTROL)
+    if control is None:
+        raise MPSError(f"--mps: {MPS_CONTROL} is not on PATH (it comes with NVIDIA's driver)")
+    environment = {
+        "CUDA_MPS_PIPE_DIRECTORY": os.path.join(where, "mps-pipe"),
+        "CUDA_MPS_LOG_DIRECTORY": os.path.join(where, "mps-log"),
+    }
+    for folder in environment.values():
+        os.makedirs(folder, exist_ok=True)
+    env = {**os.environ, **environment}
+    started = subprocess.run([control, "-d"], env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT)
+    if started.returncode != 0:
+        said = (started.stderr or started.stdout).strip().splitlines()
+        raise MPSError(f"--mps: {MPS_CONTROL} -d exited with status {started.returncode}: {' '.join(said)}")
+    try:
+        yield environment
+    finally:
+        subprocess.run(
+            [control], input="quit\n", env=env, capture_output=True, text=True, timeout=PROBE_TIMEOUT
+        )
 
 
 # ------------------------------------------------------------------------------------------------ the launcher
@@ -346,7 +385,14 @@ def study(args: argparse.Namespace, extra: list[str]) -> int:
         flush=True,
     )
     failures: list[tuple[Point, str]] = []
-    with tempfile.TemporaryDirectory(prefix="pad-scale-") as tmp, open(args.out, "a") as out:
+    with contextlib.ExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="pad-scale-"))
+        try:
+            mps = stack.enter_context(mps_daemon(tmp)) if args.mps else {}
+        except MPSError as exc:
+            print(f"scale: error: {exc}", file=sys.stderr)
+            return cli.EXIT_BAD_INPUT
+        out = stack.enter_context(open(args.out, "a"))
         bar, write = _progress(points, f"{args.app} {args.kind}")
         for point in bar:
             json_path = os.path.join(tmp, "result.json")
@@ -359,12 +405,13 @@ def study(args: argparse.Namespace, extra: list[str]) -> int:
             if point.kind == "gpus" and point.workers > gpus:
                 error = f"asked for {point.workers} GPU(s), this machine has {gpus} (nvidia-smi)"
             else:
-                record, error = run_point(cmd, environment(point, launcher), json_path, args.timeout)
+                record, error = run_point(cmd, environment(point, launcher) | mps, json_path, args.timeout)
             line = {
                 "study": started,
                 **asdict(point),
                 "ranks": point.ranks,
                 "threads": point.threads,
+                "mps": args.mps,
                 "command": shlex.join(cmd),
                 "started": cli.utc_now(),
                 "wall_s": time.perf_counter() - begin,
@@ -412,6 +459,11 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         "--ranks-per-gpu", type=cli.integer(1), nargs="+", default=[1], metavar="K",
         help="--kind gpus: ranks sharing each GPU, one value or one per --workers entry (default 1)",
     )  # fmt: skip
+    p.add_argument(
+        "--mps", action="store_true",
+        help="--kind gpus: run the points under NVIDIA's MPS (the study starts and stops its daemon), so that "
+        "ranks sharing a GPU run their kernels side by side",
+    )  # fmt: skip
     p.add_argument("--scaling", choices=("strong", "weak"), default="strong")
     p.add_argument(
         "--threads-per-rank",
@@ -439,6 +491,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     args = p.parse_args(own)
     if args.ranks_per_gpu != [1] and args.kind != "gpus":
         p.error("--ranks-per-gpu: only with --kind gpus")
+    if args.mps and args.kind != "gpus":
+        p.error("--mps: only with --kind gpus")
     if len(args.ranks_per_gpu) not in (1, len(args.workers)):
         p.error(f"--ranks-per-gpu: one value, or one per --workers entry ({len(args.workers)})")
     bad = [m for m in args.modes if m not in MODES[args.app]]

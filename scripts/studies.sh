@@ -4,7 +4,8 @@
 #   bash scripts/studies.sh OUT [STUDY ...]      default: every study; `bash scripts/studies.sh -l` lists them
 # Settings (environment): PYTHON (python3), MPIRUN (the MPI launcher, e.g. "srun --mpi=pmix"; default: scale's
 # choice, $PAD_MPIEXEC or the mpiexec beside PYTHON or on PATH, checked against mpi4py's MPI before a study),
-# TIMEOUT (seconds a point may take, 900), PAD_COMMIT (the commit to record where the checkout has no .git).
+# TIMEOUT (seconds a point may take, 900), PAD_COMMIT (the commit to record where the checkout has no .git),
+# MPS (1: the GPU studies run under NVIDIA's MPS, whose daemon each study starts and stops: scale's --mps).
 # A failed point is recorded and the next one runs; the exit status is 1 if any point failed, and each
 # study's failures are listed in OUT/studies.log.
 set -uo pipefail
@@ -63,6 +64,7 @@ launcher=()
 if [[ -n "${MPIRUN:-}" ]]; then launcher=(--mpiexec "$MPIRUN"); fi
 for name in "${studies[@]}"; do
   read -ra args <<<"${STUDY[$name]}"
+  if [[ "${MPS:-0}" == 1 && " ${args[*]} " == *" --kind gpus "* ]]; then args=("${args[0]}" --mps "${args[@]:1}"); fi
   echo "== $name: $(date -u +%FT%TZ)" | tee -a "$OUT/studies.log"
   # ${launcher[@]+"${launcher[@]}"}: an empty array under set -u on bash < 4.4
   "$PYTHON" -m scripts.scale "${args[0]}" --out "$OUT/$name.jsonl" ${launcher[@]+"${launcher[@]}"} \

@@ -8,6 +8,7 @@ import shlex
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -115,6 +116,7 @@ def test_bad_study_arguments_exit_2_before_running(capsys, tmp_path):
         ),
         (["lulesh", "--kind", "ranks", "--workers", "1", "2", "--sizes", "30"], "cube number of ranks"),
         (["lulesh", "--kind", "ranks", "--workers", "8", "--ranks-per-gpu", "2"], "only with --kind gpus"),
+        (["lulesh", "--kind", "threads", "--workers", "1", "--mps"], "--mps: only with --kind gpus"),
         (
             ["lulesh", "--kind", "gpus", "--workers", "1", "2", "--ranks-per-gpu", "1", "4", "1"],
             "one per --workers entry (2)",
@@ -266,6 +268,79 @@ def _wrapped(ranks: int, env: dict[str, str], *wrapper_args: str) -> subprocess.
     show = ["bash", "-c", "echo $MPI_LOCALRANKID $CUDA_VISIBLE_DEVICES"]
     cmd = [MPIEXEC, "-n", str(ranks), "bash", GPU_WRAPPER, *wrapper_args, *show]
     return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+
+
+@pytest.fixture
+def mps_control(tmp_path, monkeypatch) -> tuple[str, list[dict[str, str]]]:
+    """A fake nvidia-cuda-mps-control on PATH that logs each call (its arguments, stdin and pipe folder) to a
+    file, two fake GPUs, and the points' environments as scale would run them (no point runs)."""
+    log = tmp_path / "mps.log"
+    fake = tmp_path / "nvidia-cuda-mps-control"
+    fake.write_text(f'#!/bin/bash\necho "args=$* stdin=$(cat) pipe=$CUDA_MPS_PIPE_DIRECTORY" >> {log}\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setattr(cli, "gpu_names", lambda: ["Fake GPU", "Fake GPU"])
+    seen: list[dict[str, str]] = []
+
+    def run(cmd, env, json_path, timeout):
+        seen.append(env)
+        with open(log, "a") as fh:
+            fh.write(f"point pipe={env.get('CUDA_MPS_PIPE_DIRECTORY')}\n")
+        return None, "not run"
+
+    monkeypatch.setattr(scale, "run_point", run)
+    return str(log), seen
+
+
+def test_mps_daemon_serves_every_point_and_stops_with_the_study(tmp_path, mps_control):
+    """--mps: the control daemon starts (-d) before the first point, every point is its client (the pipe
+    folder in its environment), and it is told to quit when the study ends, the points having failed."""
+    log, seen = mps_control
+    out = tmp_path / "s.jsonl"
+    argv = ["lulesh", "--kind", "gpus", "--workers", "2", "--ranks-per-gpu", "4", "--sizes", "8", "--mps"]
+    assert scale.main([*argv, "--modes", "primal", "grad", "--mpiexec", MPIEXEC, "--out", str(out)]) == 1
+    calls = Path(log).read_text().splitlines()
+    pipe = seen[0]["CUDA_MPS_PIPE_DIRECTORY"]
+    assert calls == [
+        f"args=-d stdin= pipe={pipe}",
+        *[f"point pipe={pipe}"] * 2,
+        f"args= stdin=quit pipe={pipe}",
+    ]
+    assert all(env["CUDA_MPS_LOG_DIRECTORY"].startswith(os.path.dirname(pipe)) for env in seen)
+    assert [(r["mps"], r["ranks"], r["error"]) for r in lines(out)] == [(True, 8, "not run")] * 2
+
+
+def test_mps_daemon_that_cannot_start_stops_the_study_in_one_line(tmp_path, mps_control, monkeypatch, capsys):
+    out = tmp_path / "s.jsonl"
+    argv = ["lulesh", "--kind", "gpus", "--workers", "1", "--sizes", "8", "--mps", "--mpiexec", MPIEXEC]
+    monkeypatch.setattr(scale, "MPS_CONTROL", "pad-no-such-mps-control")
+    assert scale.main([*argv, "--out", str(out)]) == 2
+    assert "--mps: pad-no-such-mps-control is not on PATH" in capsys.readouterr().err
+    failing = tmp_path / "failing-mps-control"
+    failing.write_text("#!/bin/sh\necho 'An instance of this daemon is already running' >&2\nexit 1\n")
+    failing.chmod(0o755)
+    monkeypatch.setattr(scale, "MPS_CONTROL", str(failing))
+    assert scale.main([*argv, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "exited with status 1: An instance of this daemon is already running" in err
+    assert not out.exists() and mps_control[1] == []
+
+
+def test_studies_sh_puts_only_gpu_studies_under_mps(tmp_path):
+    """MPS=1: ``--mps`` goes to the GPU studies' scale, before the app's own arguments, and to no other."""
+    record = tmp_path / "argv"
+    python = tmp_path / "python"
+    python.write_text(f'#!/bin/bash\necho "$@" >> {record}\n')
+    python.chmod(0o755)
+    env = {**os.environ, "PYTHON": str(python), "MPS": "1"}
+    studies = ["minibude-ranks", "minibude-gpus", "lulesh-gpus-weak"]
+    subprocess.run(
+        ["bash", "scripts/studies.sh", str(tmp_path / "out"), *studies], cwd=REPO, env=env, check=True
+    )
+    ranks, bude, weak = (shlex.split(line) for line in record.read_text().splitlines())
+    assert "--mps" not in ranks
+    assert bude.index("--mps") < bude.index("--") and bude[-2:] == ["--deck", "bm1"]
+    assert weak.count("--mps") == 1
 
 
 def _assignment(proc: subprocess.CompletedProcess) -> dict[int, str]:
