@@ -636,6 +636,12 @@ def studies(folder: Path = STUDIES) -> list[str]:
         lines = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         lines = [line for line in lines if line["study"] == lines[-1]["study"]]  # the latest run of the study
         ok = [line for line in lines if line["ok"]]
+        # the load of a worker: ranks per GPU where ranks share GPUs (weak scaling then gives each GPU that
+        # many ranks' problems), else one
+        load = {
+            p["workers"]: p.get("ranks", p["workers"]) / p["workers"] if p["kind"] == "gpus" else 1
+            for p in ok
+        }
         grad = {(p["size"], p["workers"]): p["result"] for p in ok if p["mode"] == "grad"}
         primal = {key: r["time_primal_s"] for key, r in grad.items()}
         primal |= {
@@ -651,10 +657,13 @@ def studies(folder: Path = STUDIES) -> list[str]:
         for size, w in keys:
             first = min(k for k in keys if k[0] == size)
             tp, tg = primal[size, w], grad[size, w]["time_grad_s"]
-            # strong scaling's speed-up and weak scaling's efficiency are both T(fewest workers) / T(these)
-            scale_p, scale_g = primal[first] / tp, grad[first]["time_grad_s"] / tg
+            # strong scaling's speed-up and weak scaling's efficiency are both T(fewest workers) / T(these),
+            # weak scaling's times as if every worker had the first one's load
+            scale = load[w] / load[first[1]] if weak else 1.0
+            scale_p, scale_g = scale * primal[first] / tp, scale * grad[first]["time_grad_s"] / tg
+            ranks = round(load[w] * w)
             row = [
-                str(w),
+                f"{w} ({ranks} ranks{', MPS' if lines[0].get('mps') else ''})" if ranks != w else str(w),
                 _ms(tp),
                 _ms(tg),
                 f"{grad[size, w]['overhead']:.2f}x",

@@ -435,3 +435,33 @@ def test_every_study_of_studies_sh_can_be_planned(capsys):
             assert all(
                 c.startswith("mpirun --allow-run-as-root -n 8 ") and "--threads 2 " in c for c in commands
             )
+
+
+def test_weak_gpu_tables_count_the_ranks_each_gpu_holds(tmp_path):
+    """Weak scaling over GPUs shared by 4 ranks each gives each GPU 4 ranks' problems: a time 4 times one
+    rank's on one GPU is full efficiency, and the table says how many ranks ran, under MPS or not."""
+    from scripts import results
+
+    machine = {
+        "cpu": "CPU",
+        "cores": 32,
+        "gpus": ["GPU", "GPU"],
+        "pad_commit": "abcdef0",
+        "date": "2026-11-26T14:00",
+    }
+
+    def point(mode, workers, ranks, primal, grad=None):
+        result = {"time_primal_s": primal}
+        if grad is not None:
+            result |= {"time_grad_s": grad, "overhead": grad / primal}
+        return {
+            "study": "s", "app": "lulesh", "mode": mode, "kind": "gpus", "workers": workers, "ranks": ranks,
+            "scaling": "weak", "size": 60, "mps": True, "ok": True, "result": result, "machine": machine,
+        }  # fmt: skip
+
+    study = [point("primal", 1, 1, 1e-3), point("grad", 1, 1, 1e-3, 8e-3), point("primal", 2, 8, 4e-3)]
+    study.append(point("grad", 2, 8, 4e-3, 16e-3))
+    (tmp_path / "lulesh-gpus-weak.jsonl").write_text("".join(json.dumps(p) + "\n" for p in study))
+    table = results.studies(tmp_path)
+    assert "| 1 | 1 ms | 8 ms | 8.00x | 1.00 | 1.00 |" in table
+    assert "| 2 (8 ranks, MPS) | 4 ms | 16 ms | 4.00x | 1.00 | 2.00 |" in table
