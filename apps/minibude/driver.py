@@ -17,7 +17,7 @@ import numpy as np
 import pad
 from apps.cli import DeviceNeed, InputError, Memory, warm_up
 from apps.minibude.deck import Deck
-from apps.minibude.kernels import NCOEF, fasten, fasten_x4, fill, pair_coefficients
+from apps.minibude.kernels import NCOEF, fasten, fasten_x4, pair_coefficients
 
 __all__ = ["TOLERANCE", "WRT", "Docking", "verify"]
 
@@ -86,8 +86,6 @@ class Docking:
         self.coef = xp.zeros((deck.ntypes, NCOEF, deck.natpro), np.float32)
         self.energies = xp.zeros(self.hi - self.lo, np.float32)
         self.compile_s = 0.0  # see timed
-        self._shadows: dict[str, tuple] = {}  # per wrt: (array, flat view) of the gradient, seeds, ...
-        self._differentiate = pad.graph(self._differentiation)
         self.update_coefficients()
 
     # -- launches ---------------------------------------------------------------------------------------
@@ -122,41 +120,21 @@ class Docking:
 
         ``protein``: (3, natpro) like ``self.protein_xyz``; ``poses``: (6, nlocal), each pose's own
         gradient since poses are independent; ``forcefield``: (ntypes, 3) for radius, hphb, elsc.
-        The array is this ``Docking``'s own for ``wrt``, overwritten by the next ``gradient(wrt)``: the
-        differentiation is a ``pad.graph`` step over arrays kept from call to call, recorded on the first
-        call and replayed on the next ones (on a GPU one CUDA graph), without ``autodiff``'s Python.
-        """
-        if wrt not in WRT:
-            raise InputError(f"--wrt: {wrt!r} is not one of {', '.join(WRT)}")
-        shadows = self._shadows.get(wrt)
-        if shadows is None:
-            xp = self.xp
-            target = {"protein": self.protein_xyz, "poses": self.poses, "forcefield": self.ff_params}[wrt]
-            made = [xp.zeros_like(target), xp.ones(self.nlocal, np.float32)]
-            if wrt == "forcefield":
-                made.append(xp.zeros_like(self.coef))
-            shadows = self._shadows[wrt] = tuple((a, a.reshape(-1)) for a in made)
-        arrays = (self.protein_xyz, self.ligand_xyz, self.coef, self.poses, self.ff_params, self.energies)
-        self._differentiate(wrt, shadows, arrays)
-        return shadows[0][0]
-
-    def _differentiation(self, wrt: str, shadows: tuple, arrays: tuple) -> None:
-        """The step ``gradient`` replays: the gradient (and the pair coefficients' shadow) zeroed, the
-        energies' seeds set to one, then ``autodiff`` of the energies.
-
         Every float array is passed to ``pad.autodiff`` (as ``Const`` unless differentiated): an array a
         differentiated function reaches any other way would count as active and cost adjoint work.
         """
-        (grad, flat_grad), (seeds, flat_seeds), *coef_shadow = shadows
-        protein_xyz, ligand_xyz, coef_values, poses_values, ff_params, energies = arrays
-        pad.launch(fill, flat_grad.size, np.float32(0), flat_grad)
-        pad.launch(fill, flat_seeds.size, np.float32(1), flat_seeds)
-        seed = pad.Dup(energies, seeds)
+        if wrt not in WRT:
+            raise InputError(f"--wrt: {wrt!r} is not one of {', '.join(WRT)}")
+        xp = self.xp
+        grad = xp.zeros_like(
+            {"protein": self.protein_xyz, "poses": self.poses, "forcefield": self.ff_params}[wrt]
+        )
+        seed = pad.Dup(self.energies, xp.ones(self.nlocal, np.float32))
 
         def active(name: str, value: Any) -> Any:
             return pad.Dup(value, grad) if name == wrt else pad.Const(value)
 
-        ligand = pad.Const(ligand_xyz)
+        ligand = pad.Const(self.ligand_xyz)
         if wrt == "forcefield":
 
             def energy_of_forcefield(ff_params: Any, coef: Any, *rest: Any) -> None:
@@ -164,21 +142,22 @@ class Docking:
                 protein_xyz, ligand_xyz, poses, energies = rest
                 self._fasten(protein_xyz, ligand_xyz, coef, poses, energies)
 
-            coef_grad, flat_coef_grad = coef_shadow[0]
-            pad.launch(fill, flat_coef_grad.size, np.float32(0), flat_coef_grad)
+            coef = pad.Dup(self.coef, xp.zeros_like(self.coef))
+            protein, poses = pad.Const(self.protein_xyz), pad.Const(self.poses)
             pad.autodiff(
                 energy_of_forcefield,
-                active("forcefield", ff_params),
-                pad.Dup(coef_values, coef_grad),
-                pad.Const(protein_xyz),
+                active("forcefield", self.ff_params),
+                coef,
+                protein,
                 ligand,
-                pad.Const(poses_values),
+                poses,
                 seed,
                 fuse=True,
             )
         else:
-            protein, poses = active("protein", protein_xyz), active("poses", poses_values)
-            pad.autodiff(self._fasten, protein, ligand, pad.Const(coef_values), poses, seed, fuse=True)
+            protein, poses = active("protein", self.protein_xyz), active("poses", self.poses)
+            pad.autodiff(self._fasten, protein, ligand, pad.Const(self.coef), poses, seed, fuse=True)
+        return grad
 
     # -- results over ranks -----------------------------------------------------------------------------
     def gather_energies(self) -> np.ndarray | None:

@@ -44,7 +44,7 @@ import numpy as np
 
 import pad
 
-__all__ = ["NCOEF", "POSES_PER_PASS", "fasten", "fasten_x4", "fill", "pair_coefficients", "rotation"]
+__all__ = ["NCOEF", "POSES_PER_PASS", "fasten", "fasten_x4", "pair_coefficients", "rotation"]
 
 NCOEF = 6  # per (ligand type, protein atom): radij, a, chrg, radij + elcdst, dslv, radij + distdslv
 POSES_PER_PASS = 4  # fasten_x4: poses per pass over the protein
@@ -79,12 +79,6 @@ def rotation(rx, ry, rz):
         sx * cy,
         cx * cy,
     )
-
-
-@pad.kernel
-def fill(i, value, a):
-    """``a[i] = value``: a gradient zeroed, or the energies' seeds set, before each differentiation."""
-    a[i] = value
 
 
 @pad.kernel(fastmath=True)
