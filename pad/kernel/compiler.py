@@ -115,6 +115,10 @@ class Variant:
     tape_slots: int = 0
     shares_loops: bool = False  # CUDA: lanes of a group share the sum loops; the kernel takes ``_G``
     depth_launcher: Any = None
+    # the depth kernel reads no array element: its bound follows from the launch size, the scalar arguments
+    # and the arrays' shapes, so a bound found once serves every launch alike (pad/parallel/gpu.py)
+    depth_from_shapes: bool = False
+    depths: dict[tuple, int] = field(default_factory=dict)  # those bounds, by launch size, shapes and scalars
     # CUDA adjoints: positions of the active arrays stored once per index at ``i + offset`` and never read ->
     # offset. Their seeds, read once each, are zeroed by the runner after the kernel, not in it (a kernel
     # that reads a seed and zeroes it is slower than both apart: docs/benchmarks.md, "In the code"). CPU
@@ -379,7 +383,7 @@ def _cuda(k: Analysed, t: Transformed, variant: Variant, origin: str, fastmath: 
     stack = t.launcher.stack
     variant.tape_slots = len(pushes) if stack is None else stack
     if t.rev is not None and pushes and stack is None and _pushes_in_loops(body):
-        variant.depth_launcher = _depth_kernel(
+        variant.depth_launcher, variant.depth_from_shapes = _depth_kernel(
             t.rev, k.kernel, t.launcher, k.launch_index, origin, fastmath, tables
         )
 
@@ -420,19 +424,20 @@ def _depth_kernel(
     origin: str,
     fastmath: bool,
     tables: str,
-) -> Callable[..., Any]:
+) -> tuple[Callable[..., Any], bool]:
     """A CUDA kernel writing, per launch index, a bound of the adjoint's stack depth into ``_depth``
-    (``tables``: the adjoint's constant tables, printed)."""
+    (``tables``: the adjoint's constant tables, printed), and whether it reads no element of an array
+    argument (the bound then depends on nothing but the launch size, the scalars and the shapes)."""
     name = f"{kernel_name}_depth_cuda"
     body = rev.depth("_depth", launch_index)
-    counter = Launcher(
-        name, launcher.params, ["_depth"], locals=[s for s in walk(rev.body) if isinstance(s, LocalArray)]
-    )
+    locals_ = [s for s in walk(rev.body) if isinstance(s, LocalArray)]
+    counter = Launcher(name, launcher.params, ["_depth"], locals=locals_)
     source, _ = cuda_kernel_source(
         counter, launch_index, body, rev.types, rev.kinds, [], fastmath, set(), share_loops=False
     )
     header = CUDA_MODULE_HEADER.format(origin=origin + " stack depth", imports="")
-    return getattr(_load(name, header + tables + source), name)
+    reads_data = bool(loaded_arrays(body) - {s.target for s in locals_})
+    return getattr(_load(name, header + tables + source), name), not reads_data
 
 
 def _halo(body: list[Stmt], launch_index: str, buffers: list[str]) -> int:

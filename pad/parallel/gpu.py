@@ -91,16 +91,34 @@ def lanes_per_index(n: int) -> int:
     return lanes
 
 
+DEPTHS = 16  # bounds a variant keeps (per launch size, shapes and scalars)
+
+
 def _slots(variant: Variant, n: int, args: Sequence[Any], like: Any) -> int:
-    """Tape slots per launch index the adjoint needs (compile-time, or bounded by the depth kernel)."""
+    """Tape slots per launch index the adjoint needs (compile-time, or bounded by the depth kernel).
+
+    The depth kernel and the host's read of its largest value cost a pass over the launch and a wait for
+    the device. Where the bound follows from the launch size, the scalars and the arrays' shapes
+    (``Variant.depth_from_shapes``: the kernel reads no array element) it is found once for those."""
     if variant.depth_launcher is None:
         return variant.tape_slots
+    key = None
+    if variant.depth_from_shapes:
+        key = (n, *(a.shape if hasattr(a, "shape") else a for a in args))
+        known = variant.depths.get(key)
+        if known is not None:
+            return known
     record = replay.recording()
     if record is not None:  # the depth is read on the host, which a replay skips
         record.refuse(f"the adjoint of {variant.kernel} sizes its tape on the host")
     depth = arrays.zeros(like, (n,), np.int64)  # zeros: a launch compiled ahead does not run
     _launch(variant.depth_launcher, _blocks(n), [*ordered(head("cuda"), _n=n), *args, depth])
-    return int(depth.max()) if arrays.is_cupy(depth) else int(depth.copy_to_host().max())
+    bound = int(depth.max()) if arrays.is_cupy(depth) else int(depth.copy_to_host().max())
+    if key is not None and not compiler.noting():
+        if len(variant.depths) >= DEPTHS:
+            variant.depths.pop(next(iter(variant.depths)))
+        variant.depths[key] = bound
+    return bound
 
 
 def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = ()) -> np.ndarray:

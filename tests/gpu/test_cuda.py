@@ -54,6 +54,17 @@ def series(i, m, x, y):
 
 
 @pad.kernel
+def series_of_width(i, w, x, y):
+    v = x[i]
+    t = 0.0
+    for _k in range(w.shape[0]):  # a trip count the shapes give: the tape's depth follows from them
+        v = math.sin(v) + 0.5 * v
+        if v > 0.3:
+            t = t + v * v
+    y[i] = t
+
+
+@pad.kernel
 def total(i, x, s):
     s[0] += x[i] * x[i]
 
@@ -525,6 +536,56 @@ def test_a_replayed_checkpointed_loop_on_the_device_agrees_with_the_cpu():
         np.testing.assert_allclose(b, a, rtol=1e-12)
     if not SIMULATED:  # the simulator's numba arrays keep records
         assert not stats.records and stats.replayed >= 15 and stats.replayed_forward >= 15
+
+
+def test_a_tape_depth_the_shapes_decide_is_bounded_once_per_shape(monkeypatch):
+    """The depth kernel of an adjoint whose loops run as many times as the arrays' shapes say runs once for
+    each launch size and shapes, not before every launch (a pass over the launch and a wait for the device);
+    one whose trip counts are data runs every time. Gradients as on the CPU, and a graph step replays it."""
+    from pad.parallel import gpu
+
+    bounded: list[str] = []
+    launch = gpu._launch
+
+    def counting(dispatcher, blocks, call):
+        if dispatcher.py_func.__name__.endswith("_depth_cuda"):
+            bounded.append(dispatcher.py_func.__name__)
+        launch(dispatcher, blocks, call)
+
+    monkeypatch.setattr(gpu, "_launch", counting)
+    n, x = 64, np.linspace(0.0, 1.0, 64)
+
+    def run(width, m=None):
+        w, kernel = (np.zeros(width), series_of_width) if m is None else (m, series)
+        return gradient(
+            lambda a, b: pad.launch(kernel, n, arrays.like(a, w, w.dtype), a, b),
+            [device(x), device(np.zeros(n))], [np.zeros(n), np.ones(n)],
+        )[0]  # fmt: skip
+
+    first, again, wider = run(3), run(3), run(5)
+    assert bounded == ["series_of_width_depth_cuda"] * 2  # widths 3 and 5
+    np.testing.assert_array_equal(first, again)
+    for w, got in ((np.zeros(3), first), (np.zeros(5), wider)):
+        want = gradient(
+            lambda a, b, w=w: pad.launch(series_of_width, n, w, a, b), [x.copy(), np.zeros(n)],
+            [np.zeros(n), np.ones(n)],
+        )[0]  # fmt: skip
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    run(3, np.full(n, 3))
+    run(3, np.full(n, 3))
+    assert bounded[2:] == ["series_depth_cuda"] * 2  # data decide its depth: bounded at every launch
+    w, y, dx, dy = (device(np.zeros(k)) for k in (3, n, n, n))
+
+    def step() -> None:
+        pad.fill(dy, 1.0)
+        pad.autodiff(
+            lambda a, b: pad.launch(series_of_width, n, w, a, b), pad.Dup(device(x), dx), pad.Dup(y, dy)
+        )
+
+    g = pad.graph(step)
+    for _ in range(3):
+        g()
+    assert g.why is None
 
 
 def test_a_tape_sized_on_the_host_is_not_replayed():
