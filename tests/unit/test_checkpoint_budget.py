@@ -180,6 +180,36 @@ def test_the_measured_peak_is_the_memory_numpy_allocates():
         assert peak <= working + budget
 
 
+def test_a_step_kept_is_measured_without_walking_every_step_kept(monkeypatch):
+    """The bookkeeping after each step looks at the steps whose copies changed, not at every step kept so far:
+    the reads of steps' byte counts grow with the loop's length, not with its square (a keep-all run of a
+    thousand steps spent a second walking them)."""
+    reads = [0]
+    slot = pad.tape.Account.bytes  # the slot's descriptor
+
+    class Counted(pad.tape.Account):
+        __slots__ = ()
+
+        @property  # type: ignore[override]
+        def bytes(self):
+            reads[0] += 1
+            return slot.__get__(self)
+
+        @bytes.setter
+        def bytes(self, value):
+            slot.__set__(self, value)
+
+    monkeypatch.setattr(pad.tape, "Account", Counted)
+    per_step = {}
+    for nsteps in (40, 160):
+        reads[0] = 0
+        got, stats = grads(nsteps, memory="1GB")
+        assert (stats.schedule, stats.recomputed) == ("keep-all", 0)
+        per_step[nsteps] = reads[0] / nsteps
+    assert np.array_equal(np.concatenate(got), np.concatenate(grads(160)[0]))
+    assert per_step[160] <= 1.5 * per_step[40], per_step
+
+
 def test_a_budget_too_small_is_refused_with_the_sizes():
     with pytest.raises(checkpoint.BudgetError, match=r"memory=500 B is too small .* needs at least"):
         grads(10, memory=500)
