@@ -603,7 +603,7 @@ class Loop:
                 return Choice("revolve", n, 0, 0, slots)
             return Choice("revolve", n, 0, slots)
         free = self.free(start)
-        choice = choose(n, free, self.sizes, self.disk_slots(), records=self.keeps_records())
+        choice = choose(n, free, self.sizes, self.disk_slots(), records=self.keeps_records(), held=True)
         return choice if choice is not None else Choice("revolve", n, 0, 1, room=free)
 
 

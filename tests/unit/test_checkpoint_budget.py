@@ -75,6 +75,22 @@ def test_the_costs_the_choice_is_made_on_are_the_schedules_own(n, free_units, ra
     assert choice.steps <= min(others)  # the better of the library's schedules in that memory
 
 
+def test_a_mixed_gap_keeping_every_step_leaves_room_for_the_start_it_holds():
+    """Mixed with a unit for every step but the last keeps every step's records and no snapshot of the
+    start, which a gap of the reverse pass holds till its end: the choice leaves room for it too (a gap of
+    3 steps in 848 bytes chose 2 units of 256 and overran its room by the start's 256)."""
+    sizes = plan.Sizes(snapshot=256, record=256, final=384)
+    for n in range(2, 12):
+        for free in range(256, 4000, 16):
+            choice = plan.choose(n, free, sizes, held=True)
+            if choice is None:
+                continue
+            assert choice.need(sizes) <= free
+            if choice.name == "mixed" and choice.ram >= n - 1:
+                assert n * 256 + 256 <= free  # every step's records and the start's snapshot
+    assert plan.choose(3, 848, sizes).ram == 2  # not held: its units are all the memory it takes
+
+
 def test_revolve_steps_is_the_binomial_optimum():
     for n in range(1, 80):
         for s in range(1, 30):
