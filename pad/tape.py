@@ -95,12 +95,26 @@ class Record(Protocol):
 
 class Account:
     """Bytes of the private copies held by the values kept while this account was current (``accounting``):
-    what a part of a program (a checkpointed loop's recorded steps) holds for its adjoints, measured."""
+    what a part of a program (a checkpointed loop's recorded steps) holds for its adjoints, measured.
 
-    __slots__ = ("bytes",)
+    ``within``: an account charged alike (a checkpointed loop's, summing its steps' accounts), which notes in
+    its ``changed`` the accounts within it whose bytes changed, so that a reader of their sizes looks at
+    those alone (a loop of many recorded steps would otherwise walk all of them after each step)."""
 
-    def __init__(self) -> None:
+    __slots__ = ("bytes", "changed", "within")
+
+    def __init__(self, within: Account | None = None) -> None:
         self.bytes = 0
+        self.within = within
+        self.changed: set[Account] = set()
+
+    def charge(self, nbytes: int) -> None:
+        """Add ``nbytes`` (less than 0: a copy freed) to this account and the one it lies within."""
+        self.bytes += nbytes
+        within = self.within
+        if within is not None:
+            within.bytes += nbytes
+            within.changed.add(self)
 
 
 class Kept:
@@ -562,12 +576,12 @@ class Context:
             weakref.finalize(copy, self._uncount, nbytes, account)
         self.kept_bytes += nbytes
         if account is not None:
-            account.bytes += nbytes
+            account.charge(nbytes)
 
     def _uncount(self, nbytes: int, account: Account | None) -> None:
         self.kept_bytes -= nbytes
         if account is not None:
-            account.bytes -= nbytes
+            account.charge(-nbytes)
 
     @contextlib.contextmanager
     def observe_writes(self) -> Iterator[list[Any]]:

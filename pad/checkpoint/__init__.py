@@ -283,7 +283,7 @@ def _plan_rest(lp: Loop, n: int) -> tuple[Choice, int] | None:
     drop = choose(n, budget - held + recorded, sizes, disk, records)
     if drop is not None:
         options.append((drop.steps + t, drop, t, "drop"))
-    again = choose(n + t, budget - held + recorded + whole, sizes, disk, records)
+    again = choose(n + t, budget - held + recorded + whole, sizes, disk, records, held=True)
     if again is not None:
         options.append((again.steps + t, again, 0, "again"))
     if not options:

@@ -89,6 +89,27 @@ class _Watched(list):
         super().append(rec)
 
 
+class _Records(dict):
+    """The records of a loop's recorded steps, by step: a step's leaving is shown to ``gone`` (its step,
+    or None for every step)."""
+
+    def __init__(self, gone: Callable[[int | None], None]) -> None:
+        super().__init__()
+        self._gone = gone
+
+    def pop(self, t: Any, *default: Any) -> Any:
+        self._gone(t)
+        return super().pop(t, *default)
+
+    def __delitem__(self, t: Any) -> None:
+        self._gone(t)
+        super().__delitem__(t)
+
+    def clear(self) -> None:
+        self._gone(None)
+        super().clear()
+
+
 def _record_bytes(records: list[Any], roots: set[int]) -> int:
     """Bytes the kept values of a step's ``records`` hold by themselves: their copies, and the copies
     they will make when the state arrays they alias are overwritten (values an earlier step's records also
@@ -138,10 +159,16 @@ class Loop:
         self._folder: str | None = None
         self.store = Store(ctx, folder=self.folder, spares=opts.memory is None)
         self.layout = Layout(args)
-        self.records: dict[int, list[Any]] = {}
-        # per recorded step: the copies its kept values hold (measured), and at its end, what they held
-        # and would still copy when the state arrays they alias are overwritten (the step's record size)
-        self.accounts: dict[int, tuple[tape.Account, int]] = {}
+        self.records: dict[int, list[Any]] = _Records(self._forget)
+        # the copies the recorded steps' kept values hold (measured): each step's account lies within it
+        self.kept = tape.Account()
+        # per recorded step while its records are kept: its account (the copies its kept values hold,
+        # measured), at its end what they held and would still copy when the state arrays they alias are
+        # overwritten (the step's record size), and what it owes (that, less what its account holds, at
+        # least 0); the steps' debts summed, and the step of each account
+        self.owing: dict[int, list[Any]] = {}
+        self._owed = 0
+        self._step_of: dict[tape.Account, int] = {}
         self.sizes = Sizes()
         self.protected: set[int] = set()  # snapshots kept to the end (a resumable run's start)
         self.progress = 0  # steps run or reversed in this session
@@ -202,7 +229,7 @@ class Loop:
         store.begin_step()
         if record:
             recs = _Watched(self.watch)
-            account = tape.Account()
+            account = tape.Account(within=self.kept)
             with tape.recording_into(recs), tape.accounting(account):
                 self.step(t, *self.args)
             self.records[t] = recs
@@ -213,7 +240,12 @@ class Loop:
         store.end_step()
         if record:
             roots = {id(r) for r in store.roots()}
-            self.accounts[t] = (account, _record_bytes(recs, roots))
+            bound = _record_bytes(recs, roots)
+            self.sizes.record = max(self.sizes.record, account.bytes, bound)
+            self._forget(t)  # a step recorded again
+            self.owing[t] = [account, bound, 0]
+            self._step_of[account] = t
+            self._reckon(t)
         self.progress += 1
         self.track()
 
@@ -339,14 +371,37 @@ class Loop:
 
     def record_memory(self) -> int:
         """Bytes the copies kept by the recorded steps' values hold now (measured); updates the size of a
-        step's records (the largest of what one holds and what it was bound to hold)."""
-        total = 0
-        for t, (account, bound) in list(self.accounts.items()):
-            total += account.bytes
-            self.sizes.record = max(self.sizes.record, account.bytes, bound if t in self.records else 0)
-            if account.bytes <= 0 and t not in self.records:
-                del self.accounts[t]
-        return total
+        step's records (the largest of what one holds and what it was bound to hold) and what the steps
+        kept owe (``owed``) from the steps whose copies changed since: the others' are as they were."""
+        changed, size = self.kept.changed, self.sizes.record
+        while changed:
+            account = changed.pop()
+            size = max(size, account.bytes)
+            t = self._step_of.get(account)
+            if t is not None:
+                self._reckon(t)
+        self.sizes.record = size
+        return self.kept.bytes
+
+    def owed(self) -> int:
+        """Bytes the kept records are bound to copy still: the copies their kept values will make when the
+        state arrays they alias are overwritten, less those made (for each step kept, at least 0)."""
+        self.record_memory()
+        return self._owed
+
+    def _reckon(self, t: int) -> None:
+        entry = self.owing[t]
+        account, bound, before = entry
+        entry[2] = max(bound - account.bytes, 0)
+        self._owed += entry[2] - before
+
+    def _forget(self, t: int | None) -> None:
+        """Step ``t``'s records go (None: every step's)."""
+        for k in list(self.owing) if t is None else [t]:
+            entry = self.owing.pop(k, None)
+            if entry is not None:
+                self._owed -= entry[2]
+                self._step_of.pop(entry[0], None)
 
     def held(self) -> int:
         """Bytes held now: snapshots in memory, the final state's copy, spare buffers, kept records."""
@@ -425,8 +480,8 @@ class Loop:
         records are bound to make counted (the next step's writes make them), on every rank."""
         if self.opts.memory is None:
             return True
-        pending = sum(max(bound - a.bytes, 0) for t, (a, bound) in self.accounts.items() if t in self.records)
-        (held,) = self.agreed(self.held() + pending)
+        owed = self.owed()
+        (held,) = self.agreed(self.held() + owed)
         return held + self.sizes.record <= self.opts.memory
 
     # -- stopping and saving ---------------------------------------------------------------------------
@@ -548,7 +603,7 @@ class Loop:
                 return Choice("revolve", n, 0, 0, slots)
             return Choice("revolve", n, 0, slots)
         free = self.free(start)
-        choice = choose(n, free, self.sizes, self.disk_slots(), records=self.keeps_records())
+        choice = choose(n, free, self.sizes, self.disk_slots(), records=self.keeps_records(), held=True)
         return choice if choice is not None else Choice("revolve", n, 0, 1, room=free)
 
 

@@ -61,6 +61,7 @@ class Choice:
     ram: int
     disk: int = 0
     room: int = 0  # the bytes it was chosen to fit in (``choose``'s ``free``)
+    held: bool = False  # the start's snapshot is held through the schedule, counted in ``room`` (``choose``)
 
     def schedule(self) -> CheckpointSchedule:
         """A fresh ``checkpoint_schedules`` schedule of this choice (not for keep-all)."""
@@ -78,7 +79,9 @@ class Choice:
         a, b = max(sizes.snapshot, 1), max(sizes.record, 1)
         if self.name == "keep-all":
             return self.n * b + a
-        return self.ram * (max(a, b) if self.name == "mixed" else a) + b
+        if self.name == "mixed":
+            return self.ram * max(a, b) + b + (a if self.held and self.ram >= self.n - 1 else 0)
+        return self.ram * a + b
 
 
 def revolve_steps(n: int, snapshots: int) -> int:
@@ -103,10 +106,15 @@ def mixed_steps(n: int, units: int) -> int | None:
     return int(mixed.mixed_steps_tabulation(n, units)[n, units, 2])
 
 
-def choose(n: int, free: int, sizes: Sizes, disk_slots: int = 0, records: bool = True) -> Choice | None:
+def choose(
+    n: int, free: int, sizes: Sizes, disk_slots: int = 0, records: bool = True, held: bool = False
+) -> Choice | None:
     """The schedule with the fewest step calls for ``n`` steps in ``free`` bytes, or None if none fits.
     ``records=False``: only schedules that keep no step's records beyond the one reversed at once
     (Revolve, two-level), for steps recomputed faster than recorded ones are reversed (replays).
+    ``held``: ``free`` counts the snapshot of the start, which the loop holds until the schedule is done
+    with it: Mixed with a unit for every step but the last keeps the records of every step and no snapshot
+    of the start (its first unit holds the records of the first step), so the snapshot needs its own room.
 
     ``free`` holds the snapshots and records of these steps, the snapshot of their start included; the
     final state's copy is not in it. Candidates: keep every step's records (they fit); Revolve, whose
@@ -125,9 +133,11 @@ def choose(n: int, free: int, sizes: Sizes, disk_slots: int = 0, records: bool =
             total = revolve_steps(n, slots + disk_slots)
             options.append(Choice("two-level", n, total, int(slots), int(min(disk_slots, n)), room=free))
     units = (free - b) // max(a, b)
+    if held and units >= n - 1 and (n - 1) * max(a, b) + b + a > free:
+        units = n - 2  # then its first unit holds the snapshot of the start
     steps = mixed_steps(n, int(min(units, n - 1))) if units >= 1 and records else None
     if steps is not None:
-        options.append(Choice("mixed", n, steps, int(min(units, n - 1)), room=free))
+        options.append(Choice("mixed", n, steps, int(min(units, n - 1)), room=free, held=held))
     return min(options, key=lambda c: (c.steps, c.disk > 0, c.name != "revolve"), default=None)
 
 

@@ -104,7 +104,7 @@ class Variant:
     launcher: Any  # a numba dispatcher: njit launcher (CPU) or cuda.jit kernel (CUDA)
     active_arrays: list[int]  # argument positions of arrays with shadows (passed in this order)
     active_scalars: list[int]  # argument positions of active scalars
-    loaded: set[int]  # arrays whose values the kernel reads (the adjoint needs them)
+    loaded: set[int]  # arrays whose values the kernel reads
     stored: set[int]  # arrays the kernel writes
     privates: list[tuple[str, int]] = field(default_factory=list)  # ("primal"|"shadow", position) per buffer
     overwrites: dict[int, int] = field(default_factory=dict)  # 1-D arrays never read, a[i + offset] stored
@@ -130,6 +130,10 @@ class Variant:
     # CPU, with private buffers: the inspector of the indices they are touched at, where integer data decides
     # them (pad/kernel/inspector.py); the launcher then runs by a plan built from what it finds
     inspector: Inspector | None = None
+    # adjoints: the arrays of ``loaded`` whose elements the adjoint reads or writes, which the launch keeps
+    # for it; the others' it never touches (a linear gather's adjoint reads no corner force), so a recorded
+    # launch keeps no copy of them. Other modes (the fused adjoint, which makes the outputs): ``loaded``.
+    kept: set[int] = field(default_factory=set)
     # A plain store two launch indices may make to one element (races.racing_store): the message refusing a
     # launch of more than one index, or ''
     race: str = ""
@@ -329,6 +333,7 @@ def _variant(k: Analysed, t: Transformed, mode: str, target: str, checked: bool)
         active_scalars=k.active_scalars,
         loaded=k.positions(k.loaded),
         stored=k.positions(k.stored),
+        kept=k.positions(k.loaded if rev is None or mode == "fused" else k.loaded & _touched_arrays(t.body)),
         privates=privates,
         overwrites=overwrites,
         target=target,
@@ -406,6 +411,11 @@ def _readable(
     types = {rename(n, names): ty for n, ty in types.items()}
     exposed = read_first(body, keep)
     return body, types, [rename(n, names) for n in init if rename(n, names) in exposed]
+
+
+def _touched_arrays(body: list[Stmt]) -> set[str]:
+    """The arrays whose elements ``body`` reads or writes."""
+    return loaded_arrays(body) | stored_arrays(body)
 
 
 def _no_launcher(*args: Any) -> None:

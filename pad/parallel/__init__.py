@@ -128,18 +128,22 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
     variant = k.variant(plain, "adjoint", active, target, signature)
     if variant.inspector is not None:  # inspects the index arrays before the primal reads them
         plans.prepare(variant, n, plain)
-    kept = {p: ctx.keep(args[p]) for p in variant.loaded}
+    fused = None
+    if ctx.fuse and ctx.at_top_level():
+        fused = k.variant(plain, "fused", active, target, signature)
+        if not fused.fuses or (fused.race and n > 1):  # a race is refused by the primal launch
+            fused = None
+    # the values the adjoint reads or writes (a fused one reads what the primal does, to make the outputs)
+    kept = {p: ctx.keep(args[p]) for p in (variant.kept if fused is None else variant.loaded)}
     ctx.will_write((args[p] for p in variant.stored), LaunchAccess(variant, n, args))
     primal = k.variant(plain, "primal", target=target, signature=signature)
     slots = [args[p].slot for p in variant.active_scalars]
-    if ctx.fuse and ctx.at_top_level():
-        fused = k.variant(plain, "fused", active, target, signature)
-        if fused.fuses and not (fused.race and n > 1):  # a race is refused by the primal launch
-            record = LaunchRecord(ctx, fused, n, plain, kept, shadows, slots)
-            record.deferred = (primal, variant)
-            ctx.record(record)
-            ctx.pending = record
-            return
+    if fused is not None:
+        record = LaunchRecord(ctx, fused, n, plain, kept, shadows, slots)
+        record.deferred = (primal, variant)
+        ctx.record(record)
+        ctx.pending = record
+        return
     _run(primal, n, plain)
     ctx.record(LaunchRecord(ctx, variant, n, plain, kept, shadows, slots))
     if checked:

@@ -267,3 +267,33 @@ def test_check_grad_returns_the_errors_it_measured_below_the_tolerance():
     )
     assert set(errors) == {"fd", "dot", "fd_abs", "dot_abs"}
     assert 0.0 < errors["fd"] < 1e-6 and 0.0 < errors["fd_abs"] < 1e-6, errors
+
+
+def test_a_launch_keeps_only_the_values_its_adjoint_reads(monkeypatch):
+    """``y += a * x``'s adjoint reads ``x`` only where ``a`` is active, and never ``y``: a later write to
+    them copies only what it reads, and the gradient is the same (a keep-all loop of LULESH copied every
+    cycle's corner forces, which its gather's adjoint never reads)."""
+    from tests.unit import kops
+
+    copies: list[tuple] = []
+    real = pad.tape.Context._copy
+    monkeypatch.setattr(pad.tape.Context, "_copy", lambda self, a: copies.append(a.shape) or real(self, a))
+    n = 8
+    for active in (False, True):
+        copies.clear()
+        x, y, z = np.linspace(0.1, 0.8, n), np.linspace(1.0, 2.0, n), np.linspace(0.2, 0.9, n)
+        x0 = x.copy()
+        dx, dy, dz = np.zeros(n), np.ones(n), np.zeros(n)
+
+        def f(a, x, y, z):
+            kops.axpy(a, x, y)  # y += a x
+            kops.sin_to(z, x)  # x = sin(z): overwrites what axpy read
+
+        da = pad.autodiff(
+            f, pad.Active(0.3) if active else 0.3, pad.Dup(x, dx), pad.Dup(y, dy), pad.Dup(z, dz)
+        )
+        assert np.array_equal(y, np.linspace(1.0, 2.0, n) + 0.3 * x0) and np.array_equal(x, np.sin(z))
+        assert np.allclose(dx, 0.3) and np.array_equal(dy, np.ones(n)) and np.array_equal(dz, np.zeros(n))
+        if active:
+            assert np.isclose(da[0], x0.sum())
+        assert copies == ([(n,)] if active else [])  # x's old values, for a's derivative alone
