@@ -94,6 +94,13 @@ def lanes_per_index(n: int) -> int:
 DEPTHS = 16  # bounds a variant keeps (per launch size, shapes and scalars)
 
 
+def _shapes(a: Any) -> Any:
+    """What of argument ``a`` a depth the shapes decide depends on: an array's shape, a scalar's value."""
+    if hasattr(a, "shape"):
+        return a.shape
+    return tuple(_shapes(x) for x in a) if isinstance(a, tuple) else a
+
+
 def _slots(variant: Variant, n: int, args: Sequence[Any], like: Any) -> int:
     """Tape slots per launch index the adjoint needs (compile-time, or bounded by the depth kernel).
 
@@ -104,7 +111,7 @@ def _slots(variant: Variant, n: int, args: Sequence[Any], like: Any) -> int:
         return variant.tape_slots
     key = None
     if variant.depth_from_shapes:
-        key = (n, *(a.shape if hasattr(a, "shape") else a for a in args))
+        key = (n, *(_shapes(a) for a in args))
         known = variant.depths.get(key)
         if known is not None:
             return known
