@@ -139,10 +139,6 @@ class Variant:
     race: str = ""
     # PAD_DEBUG: the checked accesses, (source line, array) per site of ``checks.out_of_range``; else None
     sites: list[tuple[Line | None, str]] | None = None
-    # CPU: the njit function of one chunk of the launch, which the launcher calls through its address; the
-    # address and key of the chunk compiled for the last launch's types (pad/parallel/cpu.py), (0, 0): none
-    chunk: Any = None
-    chunk_address: tuple[int, int] = (0, 0)
 
 
 def cache_dir() -> Path:
@@ -226,7 +222,6 @@ def build(
         _cuda(k, t, variant, origin, fastmath, checked)
     module = _load(name, variant.source)
     variant.launcher = getattr(module, name)
-    variant.chunk = getattr(module, f"{name}_chunk", None)
     if inspecting is not None and variant.privates:
         variant.inspector, source = inspecting  # one file for the kernels whose inspectors are alike
         variant.inspector.function = getattr(_load(inspector.NAME, source), inspector.NAME)
@@ -352,9 +347,7 @@ def _variant(k: Analysed, t: Transformed, mode: str, target: str, checked: bool)
 def _cpu(k: Analysed, t: Transformed, variant: Variant, origin: str, fastmath: bool, checked: bool) -> None:
     """Print ``t`` as a CPU launcher (numba threads) into ``variant.source``."""
     body, types, init = _readable(t.body, k.low, k.types, t.init, set(t.launcher.accumulators), fastmath)
-    imports = (
-        f"Straight, call_chunk, {'checked, ' if checked else ''}digamma, expect_chunk, grown, stack_zeros"
-    )
+    imports = f"Straight, {'checked, ' if checked else ''}digamma, grown, run_chunks, stack_zeros"
     variant.source = MODULE_HEADER.format(origin=origin, imports=imports) + tables_source(k.low.tables)
     variant.source += launcher_source(
         t.launcher, k.launch_index, body, types, k.low.kinds, init, fastmath, variant.sites
@@ -567,8 +560,7 @@ class Noting:
 @dataclass
 class AheadItem:
     """A function of generated code to compile for some argument types: its file, its name, the types, and
-    its cost as bytes of source: its file's for a chunk or an inspector, ``LAUNCHER_BYTES`` for a parallel
-    launcher (its chunk compiles apart: pad/kernel/emit.py)."""
+    its cost as bytes of source, its file's (a launcher's or an inspector's)."""
 
     path: str
     module: str
@@ -581,7 +573,7 @@ class AheadItem:
         return f"{self.module}.{self.name}{self.types}"
 
 
-LAUNCHER_BYTES = 20_000
+FUNCTION_BYTES = 20_000  # numba's cost of compiling a function, as if that much more source
 
 
 def ahead_items(noted: list[tuple[Any, tuple]]) -> list[AheadItem]:
@@ -590,8 +582,9 @@ def ahead_items(noted: list[tuple[Any, tuple]]) -> list[AheadItem]:
     for function, types in noted:
         module = sys.modules[function.py_func.__module__]
         path = str(module.__file__)
-        weight = LAUNCHER_BYTES if function.targetoptions.get("parallel") else os.path.getsize(path)
-        items.append(AheadItem(path, module.__name__, function.py_func.__name__, types, weight))
+        items.append(
+            AheadItem(path, module.__name__, function.py_func.__name__, types, os.path.getsize(path))
+        )
     return sorted(items, key=lambda item: item.key)
 
 
@@ -616,11 +609,11 @@ def compile_ahead(items: list[AheadItem], workers: int = 0, share: tuple[int, in
         return 0
     bins: list[list[AheadItem]] = [[] for _ in range(min(workers, len(groups) - 1) + 1)]
     loads = [0] * len(bins)
-    cost = {key: sum(item.weight + LAUNCHER_BYTES for item in group) for key, group in groups.items()}
+    cost = {key: sum(item.weight + FUNCTION_BYTES for item in group) for key, group in groups.items()}
     for key in sorted(groups, key=lambda key: -cost[key]):  # the costliest to the least loaded
         k = loads.index(min(loads))
         bins[k] += groups[key]
-        loads[k] += cost[key]  # each item as if 20 kB more source: numba's cost per function
+        loads[k] += cost[key]
     children = [_start_worker(chunk) for chunk in bins[1:]]
     _compile_items(bins[0])
     for child, tasks in children:

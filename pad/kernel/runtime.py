@@ -1,11 +1,11 @@
 """Small compiled helpers that generated kernels call: local arrays on the stack, the growable per-thread
 stacks of reverse mode, the greedy colouring step of inspectors, the digamma function (the derivative of
 ``math.lgamma``), which numba lacks, and the bounds check of ``PAD_DEBUG`` kernels; the numba pipeline
-that compiles generated chunks and inspectors, and the call of a chunk through its address."""
+that compiles generated launchers and inspectors, and the calls between a launcher and the runner of its
+chunks."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 import types as types_module
 from typing import Any
@@ -33,7 +33,7 @@ def serial_and_parallel(fn: Any) -> tuple[Any, Any]:
 
 
 class Straight(CompilerBase):  # type: ignore[misc]
-    """numba's nopython pipeline without its SSA reconstruction, for generated chunks and inspectors.
+    """numba's nopython pipeline without its SSA reconstruction, for generated launchers and inspectors.
 
     numba rebuilds SSA form for each variable assigned more than once by walking every block of the function,
     and then types and lowers every version it made: for a kernel's adjoint of thousands of statements, a
@@ -47,60 +47,93 @@ class Straight(CompilerBase):  # type: ignore[misc]
         return [DefaultPassBuilder.define_nopython_pipeline(self.state)]
 
 
-class ChunkMismatch(Exception):
-    """A launcher was given the key of its chunk compiled for other argument types than its own."""
+def _call(context: Any, builder: Any, callee: Any, argtypes: tuple, values: list) -> None:
+    """Call ``callee``, a function returning nothing in numba's calling convention, on ``values`` (of numba
+    types ``argtypes``); if it raises, return its error from the calling function.
 
-
-def chunk_key(argtypes: tuple) -> int:
-    """An odd int64 naming the numba types ``argtypes`` of a chunk's arguments, the same in every process
-    (``expect_chunk`` compares it with the key of the types it sees). Never 0, the key of no address."""
-    digest = hashlib.blake2b(str(tuple(argtypes)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little", signed=True) | 1
-
-
-@intrinsic
-def expect_chunk(typingctx: Any, key: Any, *args: Any) -> Any:
-    """Raise ChunkMismatch unless ``key`` is the ``chunk_key`` of the types of ``args``: a launcher's check
-    that the chunk address it is given is of its chunk compiled for the argument types of its calls
-    (``call_chunk``), before it makes them."""
-    if not isinstance(key, types.Integer):
-        return None
-    expected = chunk_key(args)
-
-    def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
-        wrong = builder.icmp_signed("!=", llargs[0], context.get_constant(types.int64, expected))
-        with builder.if_then(wrong, likely=False):
-            context.call_conv.return_user_exc(builder, ChunkMismatch, ("a chunk compiled for other types",))
-        return context.get_dummy_value()
-
-    return types.none(key, types.StarArgTuple.from_types(args)), codegen
+    That return is marked as numba marks a raise: numba's reference-count pruning then drops the caller's
+    increments and decrements of the arrays around the call, two atomic operations an array a launch, as it
+    does where the callee's code is inlined. The call is never inlined: a chunk compiles once."""
+    conv = context.call_conv
+    status, _ = conv.call_function(builder, callee, types.none, argtypes, values, attrs=("noinline",))
+    with cgutils.if_unlikely(builder, status.is_error):  # conv.return_status_propagate, marked
+        store = builder.store(status.excinfoptr, conv._get_excinfo_argument(builder.function))
+        store.set_metadata("numba_exception_output", builder.module.add_metadata([ir.IntType(1)(1)]))
+        builder.ret(status.code)
 
 
 @intrinsic
 def call_chunk(typingctx: Any, address: Any, *args: Any) -> Any:
-    """Call the chunk compiled at ``address`` (an int64) on ``args``.
+    """Call the function compiled at ``address`` (an int64), returning nothing, on ``args``: a CPU launch's
+    chunks runner its chunks (pad/parallel/cpu.py), a launcher its chunks runner (``run_chunks``).
 
-    A launcher takes its chunk's address as a plain int64 (pad/kernel/emit.py): numba unboxes it as cheaply
-    as any integer, and the launcher, cached on disk, holds no address of one process. The address is of the
-    chunk's own code in numba's calling convention (pad/parallel/cpu.py), so that an exception it raises
-    (PAD_DEBUG's IndexError) reaches the launcher's caller. That return is marked as numba marks a raise:
-    numba's reference-count pruning then drops the launcher's increments and decrements of the arrays around
-    the call, two atomic operations an array a launch, as it does where the chunk's code is inlined."""
+    An address is of one process: it reaches compiled code only as an argument, so that code cached on disk
+    holds none. The function is in numba's calling convention, so that an exception it raises (PAD_DEBUG's
+    IndexError) reaches the caller's caller."""
     if not isinstance(address, types.Integer):
         return None
 
     def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
-        conv = context.call_conv
-        chunk = builder.inttoptr(llargs[0], conv.get_function_type(types.none, args).as_pointer())
-        values = cgutils.unpack_tuple(builder, llargs[1])
-        status, _ = conv.call_function(builder, chunk, types.none, args, values)
-        with cgutils.if_unlikely(builder, status.is_error):  # conv.return_status_propagate, marked
-            store = builder.store(status.excinfoptr, conv._get_excinfo_argument(builder.function))
-            store.set_metadata("numba_exception_output", builder.module.add_metadata([ir.IntType(1)(1)]))
-            builder.ret(status.code)
+        fnty = context.call_conv.get_function_type(types.none, args)
+        callee = builder.inttoptr(llargs[0], fnty.as_pointer())
+        _call(context, builder, callee, args, cgutils.unpack_tuple(builder, llargs[1]))
         return context.get_dummy_value()
 
     return types.none(address, types.StarArgTuple.from_types(args)), codegen
+
+
+@intrinsic
+def run_chunks(typingctx: Any, nchunks: Any, waves: Any, *params: Any) -> Any:
+    """Run the calling launcher's chunks ``0 .. nchunks - 1`` for each wave ``0 .. waves - 1``, calling it
+    again for each as ``launcher(0, chunk, wave, *rest)``, by the chunks runner at ``params[0]``.
+
+    ``params`` are the launcher's own parameters in order: ``_run`` (the runner's address, an int64; 0 in a
+    chunk's call), ``_c`` (the chunk), ``_w`` (the wave) and the rest. A launcher is one function of one
+    signature per argument types, its chunks' code: this packs its arguments into a record on its stack and
+    passes the runner (compiled once for every kernel, parallel or serial: pad/parallel/cpu.py) the record
+    and the address of a small function, defined here beside the launcher, that unpacks the record and calls
+    the launcher for one chunk and wave. Each kernel then compiles one function and no parallel loop of its
+    own (docs/benchmarks.md, "First runs: compiling"), and every launch, on any number of threads, runs the
+    one compiled chunk code."""
+    lead = (nchunks, waves, *params[:3])
+    if len(params) < 3 or not all(isinstance(t, types.Integer) for t in lead):
+        return None
+
+    def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
+        values = cgutils.unpack_tuple(builder, llargs[2])
+        record_type = ir.LiteralStructType([v.type for v in values])
+        record = cgutils.alloca_once(builder, record_type)
+        for k, value in enumerate(values):
+            builder.store(value, cgutils.gep_inbounds(builder, record, 0, k))
+        unpack = _chunk_call(context, builder.module, builder.function, params, record_type)
+        counts = [context.cast(builder, v, t, types.int64) for v, t in zip(llargs[:2], lead, strict=False)]
+        addresses = [builder.ptrtoint(x, ir.IntType(64)) for x in (unpack, record)]
+        runner = context.call_conv.get_function_type(types.none, (types.int64,) * 4)
+        callee = builder.inttoptr(values[0], runner.as_pointer())
+        _call(context, builder, callee, (types.int64,) * 4, [*addresses, *counts])
+        return context.get_dummy_value()
+
+    return types.none(nchunks, waves, types.StarArgTuple.from_types(params)), codegen
+
+
+def _chunk_call(context: Any, module: Any, launcher: Any, params: tuple, record_type: Any) -> Any:
+    """The function ``(record, chunk, wave)`` calling ``launcher`` as ``launcher(0, chunk, wave, *rest)``, the
+    rest of its arguments read from the record (``run_chunks``), in numba's calling convention."""
+    conv = context.call_conv
+    fn = ir.Function(module, conv.get_function_type(types.none, (types.int64,) * 3), f"{launcher.name}.chunk")
+    fn.linkage = "internal"
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    address, chunk, wave = conv.get_arguments(fn)
+    record = builder.inttoptr(address, record_type.as_pointer())
+    values = [builder.load(cgutils.gep_inbounds(builder, record, 0, k)) for k in range(len(params))]
+    values[:3] = [
+        context.get_constant(params[0], 0),
+        context.cast(builder, chunk, types.int64, params[1]),
+        context.cast(builder, wave, types.int64, params[2]),
+    ]
+    _call(context, builder, launcher, params, values)
+    conv.return_native_none(builder)
+    return fn
 
 
 STACK_BYTES = 4096

@@ -46,8 +46,8 @@ def test_strided_view_argument():
 
 
 def test_launches_on_other_layouts_in_turn_each_run_the_chunk_of_their_types():
-    """A launcher calls its chunk through an address (``runtime.call_chunk``): a launch whose arrays are laid
-    out otherwise than the last one's must run the chunk compiled for its own types, not the last one."""
+    """The chunks runner calls a launcher back through an address (``runtime.run_chunks``): a launch whose
+    arrays are laid out otherwise than the last one's must run the launcher compiled for its own types."""
     base = np.linspace(0.1, 2.0, 12)
     for x, y in [(base[:6], np.zeros(6)), (base[::2], np.zeros(12)[1::2])] * 2:
         pad.launch(k_sine, 6, x, y)
