@@ -184,10 +184,13 @@ def grown(stack: np.ndarray) -> np.ndarray:
     """A copy of a full stack with twice its room.
 
     Reverse mode keeps two growable stacks per thread: float64 (float32 values are saved exactly) and int64
-    (integers and booleans); the generated code pushes inline and calls this only when a stack is full.
+    (integers and booleans); the generated code pushes inline and calls this only when a stack is full. The
+    copy is a loop (LLVM makes it a memcpy): numba compiles a slice assignment's shape check, and its error
+    message, into a chain of functions that took seconds to compile in every process.
     """
     out = np.empty(2 * stack.shape[0], stack.dtype)
-    out[: stack.shape[0]] = stack
+    for k in range(stack.shape[0]):
+        out[k] = stack[k]
     return out
 
 

@@ -297,3 +297,12 @@ def test_a_launch_keeps_only_the_values_its_adjoint_reads(monkeypatch):
         if active:
             assert np.isclose(da[0], x0.sum())
         assert copies == ([(n,)] if active else [])  # x's old values, for a's derivative alone
+
+
+def test_a_full_stack_grows_to_twice_its_room_keeping_what_it_holds():
+    from pad.kernel import runtime
+
+    for stack in (np.linspace(0.5, 2.5, 5), np.arange(-3, 4)):
+        grown = runtime.grown(stack)
+        assert grown.dtype == stack.dtype and grown.shape == (2 * stack.shape[0],)
+        np.testing.assert_array_equal(grown[: stack.shape[0]], stack)
