@@ -83,6 +83,37 @@ def call_chunk(typingctx: Any, address: Any, *args: Any) -> Any:
 
 
 @intrinsic
+def words_at(typingctx: Any, address: Any) -> Any:
+    """The int64 at ``address`` as a one-element array that owns nothing."""
+    if not isinstance(address, types.Integer):
+        return None
+    array_type = types.Array(types.int64, 1, "C")
+
+    def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
+        array = make_array(array_type)(context, builder)
+        item = context.get_constant(types.intp, 8)
+        data = builder.inttoptr(llargs[0], context.get_data_type(types.int64).as_pointer())
+        one = context.get_constant(types.intp, 1)
+        populate_array(array, data=data, shape=[one], strides=[item], itemsize=item, meminfo=None)
+        return array._getvalue()
+
+    return array_type(address), codegen
+
+
+@intrinsic
+def address_of(typingctx: Any, array: Any) -> Any:
+    """The address of ``array``'s data, an int64."""
+    if not isinstance(array, types.Array):
+        return None
+
+    def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
+        data = make_array(array)(context, builder, value=llargs[0]).data
+        return builder.ptrtoint(data, ir.IntType(64))
+
+    return types.int64(array), codegen
+
+
+@intrinsic
 def run_chunks(typingctx: Any, nchunks: Any, waves: Any, *params: Any) -> Any:
     """Run the calling launcher's chunks ``0 .. nchunks - 1`` for each wave ``0 .. waves - 1``, calling it
     again for each as ``launcher(0, chunk, wave, *rest)``, by the chunks runner at ``params[0]``.
