@@ -74,29 +74,22 @@ def _reduce(base: np.ndarray, buffer: np.ndarray) -> None:
     SPARE.give(buffer)
 
 
-def _chunks_runner(parallel: bool) -> Any:
-    """A function calling ``chunk(record, c, w)`` (``runtime.run_chunks``: a launcher's chunk ``c`` of wave
-    ``w``) for the chunks ``0 .. nchunks - 1`` of each wave in turn, the chunks of a wave in parallel or one
-    after another.
-
-    Every CPU launch runs its chunks by one of the two, compiled once (cached with pad): numba lowers a
-    parallel loop slowly, once per function. PAD_DEBUG launches run their chunks one after another: an
-    exception raised in a parallel loop would be lost. The loop, a variable of the closure, keeps the two
-    apart in numba's cache, whose key is the function's code and closure, not its options."""
-    loop = prange if parallel else range
-
-    def run_chunks(chunk: int, record: int, nchunks: int, waves: int) -> None:
-        # numba's parallel loop hands its threads an array by its data pointer, a number by a pointer to it:
-        # as an array, the record is one dependent load nearer to the threads that read it.
-        words: np.ndarray = runtime.words_at(record)  # type: ignore[call-arg]  # an intrinsic: typingctx first
-        for w in range(waves):
-            for c in loop(nchunks):  # np.int64: numba makes a prange index uint64 in the loop it lowers it to
-                runtime.call_chunk(chunk, runtime.address_of(words), np.int64(c), w)
-
-    return njit(parallel=parallel, cache=True)(run_chunks)
+def _run_chunks(chunk: int, record: int, nchunks: int, waves: int) -> None:
+    """Call ``chunk(record, c, w)`` (``runtime.run_chunks``: a launcher's chunk ``c`` of wave ``w``) for the
+    chunks ``0 .. nchunks - 1`` of each wave in turn, the chunks of a wave in parallel (``RUNNERS``)."""
+    # numba's parallel loop hands its threads an array by its data pointer, a number by a pointer to it:
+    # as an array, the record is one dependent load nearer to the threads that read it.
+    words: np.ndarray = runtime.words_at(record)  # type: ignore[call-arg]  # an intrinsic: typingctx first
+    for w in range(waves):
+        for c in prange(nchunks):  # np.int64: numba makes a prange index uint64 in the loop it lowers it to
+            runtime.call_chunk(chunk, runtime.address_of(words), np.int64(c), w)
 
 
-RUNNERS = {"parallel": _chunks_runner(True), "serial": _chunks_runner(False)}
+# Every CPU launch runs its chunks by one of these, compiled once: numba lowers a parallel loop slowly, once
+# per function. PAD_DEBUG launches run their chunks one after another: an exception raised in a parallel
+# loop would be lost.
+_serial_runner, _parallel_runner = runtime.serial_and_parallel(_run_chunks)
+RUNNERS = {"parallel": _parallel_runner, "serial": _serial_runner}
 _RUNNER_ADDRESSES: dict[str, int] = {}
 
 
