@@ -134,7 +134,9 @@ def run_chunks(typingctx: Any, nchunks: Any, waves: Any, *params: Any) -> Any:
         values = cgutils.unpack_tuple(builder, llargs[2])
         record_type = ir.LiteralStructType([v.type for v in values])
         record = cgutils.alloca_once(builder, record_type)
-        for k, value in enumerate(values):
+        for k, (value, param) in enumerate(zip(values, params, strict=True)):
+            if isinstance(param, types.Array):
+                value = _borrowed(context, builder, param, value)
             builder.store(value, cgutils.gep_inbounds(builder, record, 0, k))
         unpack = _chunk_call(context, builder.module, builder.function, params, record_type)
         counts = [context.cast(builder, v, t, types.int64) for v, t in zip(llargs[:2], lead, strict=False)]
@@ -145,6 +147,20 @@ def run_chunks(typingctx: Any, nchunks: Any, waves: Any, *params: Any) -> Any:
         return context.get_dummy_value()
 
     return types.none(nchunks, waves, types.StarArgTuple.from_types(params)), codegen
+
+
+def _borrowed(context: Any, builder: Any, array_type: Any, value: Any) -> Any:
+    """The array ``value`` without its owner (meminfo) and Python object: what a chunk's call receives.
+
+    A chunk's call, from any thread, would otherwise increment and decrement the reference count of each of
+    its arrays' meminfos (where numba's pruning leaves them, as in a launcher by a plan), atomic operations on
+    the memory of one launch's arrays that every thread shares, each chunk's wait on the others growing with
+    the threads. numba's own parallel loops pass their threads arrays so, without owners: the launcher's
+    call from Python holds the arrays while its chunks run."""
+    array = make_array(array_type)(context, builder, value=value)
+    array.meminfo = cgutils.get_null_value(array.meminfo.type)
+    array.parent = cgutils.get_null_value(array.parent.type)
+    return array._getvalue()
 
 
 def _chunk_call(context: Any, module: Any, launcher: Any, params: tuple, record_type: Any) -> Any:
