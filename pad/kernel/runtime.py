@@ -132,12 +132,14 @@ def run_chunks(typingctx: Any, nchunks: Any, waves: Any, *params: Any) -> Any:
 
     def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
         values = cgutils.unpack_tuple(builder, llargs[2])
-        record_type = ir.LiteralStructType([v.type for v in values])
-        record = cgutils.alloca_once(builder, record_type)
-        for k, (value, param) in enumerate(zip(values, params, strict=True)):
-            if isinstance(param, types.Array):
-                value = _borrowed(context, builder, param, value)
-            builder.store(value, cgutils.gep_inbounds(builder, record, 0, k))
+        words: list = []
+        for value, param in zip(values, params, strict=True):
+            words += _record_words(context, builder, param, value)
+        record_type = _guarded([w.type for w in words])
+        with builder.goto_entry_block():  # not zeroed: cgutils.alloca_once's would run in every chunk's call
+            record = builder.alloca(record_type)
+        for k, word in enumerate(words, 1):
+            builder.store(word, cgutils.gep_inbounds(builder, record, 0, k))
         unpack = _chunk_call(context, builder.module, builder.function, params, record_type)
         counts = [context.cast(builder, v, t, types.int64) for v, t in zip(llargs[:2], lead, strict=False)]
         addresses = [builder.ptrtoint(x, ir.IntType(64)) for x in (unpack, record)]
@@ -149,30 +151,63 @@ def run_chunks(typingctx: Any, nchunks: Any, waves: Any, *params: Any) -> Any:
     return types.none(nchunks, waves, types.StarArgTuple.from_types(params)), codegen
 
 
-def _borrowed(context: Any, builder: Any, array_type: Any, value: Any) -> Any:
-    """The array ``value`` without its owner (meminfo) and Python object: what a chunk's call receives.
+def _record_words(context: Any, builder: Any, param: Any, value: Any) -> list:
+    """What the record of ``run_chunks`` holds of a launcher's argument ``value`` of type ``param``: an array's
+    data pointer, shape and strides (``_chunk_call`` makes the array again), anything else whole."""
+    if not isinstance(param, types.Array):
+        return [value]
+    array = make_array(param)(context, builder, value=value)
+    shape = cgutils.unpack_tuple(builder, array.shape, param.ndim)
+    strides = cgutils.unpack_tuple(builder, array.strides, param.ndim)
+    return [array.data, *shape, *strides]
 
-    A chunk's call, from any thread, would otherwise increment and decrement the reference count of each of
-    its arrays' meminfos (where numba's pruning leaves them, as in a launcher by a plan), atomic operations on
-    the memory of one launch's arrays that every thread shares, each chunk's wait on the others growing with
-    the threads. numba's own parallel loops pass their threads arrays so, without owners: the launcher's
-    call from Python holds the arrays while its chunks run."""
-    array = make_array(array_type)(context, builder, value=value)
-    array.meminfo = cgutils.get_null_value(array.meminfo.type)
-    array.parent = cgutils.get_null_value(array.parent.type)
-    return array._getvalue()
+
+LINE_BYTES = 64  # a cache line
+
+
+def _guarded(fields: list) -> Any:
+    """The record's type: ``fields`` between two cache lines' worth of bytes that nothing writes, so that no
+    line of the record holds anything else of the launcher's stack (or of the calls below it)."""
+    guard = ir.ArrayType(ir.IntType(8), LINE_BYTES)
+    return ir.LiteralStructType([guard, *fields, guard])
 
 
 def _chunk_call(context: Any, module: Any, launcher: Any, params: tuple, record_type: Any) -> Any:
     """The function ``(record, chunk, wave)`` calling ``launcher`` as ``launcher(0, chunk, wave, *rest)``, the
-    rest of its arguments read from the record (``run_chunks``), in numba's calling convention."""
+    rest of its arguments read from the record (``run_chunks``), in numba's calling convention.
+
+    Every thread reads the record, once per chunk it runs, after the launch's own thread wrote it: it holds
+    of an array only what a chunk reads, its data, shape and strides (fewer than half the words of numba's
+    array), on cache lines of its own (between guards: aligned to a line, it made the launcher, the kernel's
+    whole code, keep a frame pointer in a register). A chunk's arrays have no owner, as numba's own parallel
+    loops pass arrays to their threads: the launcher's call from Python holds them while its chunks run.
+    With owners, a chunk's call would increment and decrement each one's reference count where numba's
+    pruning leaves them (as in a launcher by a plan): atomic operations on memory every thread shares, which
+    each chunk waits for longer the more threads run."""
     conv = context.call_conv
     fn = ir.Function(module, conv.get_function_type(types.none, (types.int64,) * 3), f"{launcher.name}.chunk")
     fn.linkage = "internal"
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
     address, chunk, wave = conv.get_arguments(fn)
     record = builder.inttoptr(address, record_type.as_pointer())
-    values = [builder.load(cgutils.gep_inbounds(builder, record, 0, k)) for k in range(len(params))]
+    fields = iter(range(1, len(record_type.elements) - 1))
+
+    def word() -> Any:
+        return builder.load(cgutils.gep_inbounds(builder, record, 0, next(fields)))
+
+    values = []
+    for param in params:
+        if not isinstance(param, types.Array):
+            values.append(word())
+            continue
+        data = word()
+        shape = [word() for _ in range(param.ndim)]
+        strides = [word() for _ in range(param.ndim)]
+        item = context.get_abi_sizeof(context.get_data_type(param.dtype))
+        array = make_array(param)(context, builder)
+        itemsize = context.get_constant(types.intp, item)
+        populate_array(array, data=data, shape=shape, strides=strides, itemsize=itemsize, meminfo=None)
+        values.append(array._getvalue())
     values[:3] = [
         context.get_constant(params[0], 0),
         context.cast(builder, chunk, types.int64, params[1]),
