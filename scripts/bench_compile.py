@@ -2,8 +2,9 @@
 filled, timed from the outside (wall and CPU seconds, children included) and by the app (``compile_s``, and
 its timed run: the same within noise both times, as compilation is kept out of it).
 
-The cache is pad's generated sources and numba's compiled code beside them: ``PAD_CACHE_DIR``, here a fresh
-temporary folder for every cold run (pad's own few numba functions keep their cache in the package). With
+The cache is pad's generated sources and numba's compiled code: ``PAD_CACHE_DIR`` and ``NUMBA_CACHE_DIR``
+(where numba then keeps the cache of every function, pad's own included), here a fresh temporary folder for
+every cold run. With
 ``--baseline DIR`` another checkout's apps run too, alternating with this one's round by round, so that both
 see the same machine (on a shared one, compare CPU seconds: wall seconds follow the load).
 
@@ -149,6 +150,7 @@ def _cold_and_warm(checkout: str, args: Any, app_args: list[str]) -> dict[str, d
     with tempfile.TemporaryDirectory(prefix="pad-cache-") as cache:
         path = os.pathsep.join([checkout, *filter(None, [os.environ.get("PYTHONPATH")])])
         env = {**os.environ, "PAD_CACHE_DIR": cache, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
+        env["NUMBA_CACHE_DIR"] = os.path.join(cache, "numba")
         if args.device == "cpu":
             env["NUMBA_NUM_THREADS"] = str(args.threads)
         for name in ("cold", "warm"):
@@ -167,6 +169,7 @@ def _items(checkout: str, args: Any, app_args: list[str]) -> dict[str, dict[str,
         path = os.pathsep.join([checkout, *filter(None, [os.environ.get("PYTHONPATH")])])
         out = os.path.join(cache, "items.json")
         env = {**os.environ, "PAD_CACHE_DIR": cache, "PYTHONPATH": path, "OMP_NUM_THREADS": "1"}
+        env |= {"NUMBA_CACHE_DIR": os.path.join(cache, "numba")}
         env |= {"NUMBA_NUM_THREADS": str(args.threads), "PAD_ITEMS_JSON": out}
         cmd = [sys.executable, "-c", ITEMS, args.app, *app_args, "--device", args.device]
         cmd += ["--threads", str(args.threads)] if args.device == "cpu" else []

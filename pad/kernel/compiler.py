@@ -10,7 +10,9 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import shutil
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -139,10 +141,6 @@ class Variant:
     race: str = ""
     # PAD_DEBUG: the checked accesses, (source line, array) per site of ``checks.out_of_range``; else None
     sites: list[tuple[Line | None, str]] | None = None
-    # CPU: the njit function of one chunk of the launch, which the launcher calls through its address; the
-    # address and key of the chunk compiled for the last launch's types (pad/parallel/cpu.py), (0, 0): none
-    chunk: Any = None
-    chunk_address: tuple[int, int] = (0, 0)
 
 
 def cache_dir() -> Path:
@@ -226,7 +224,6 @@ def build(
         _cuda(k, t, variant, origin, fastmath, checked)
     module = _load(name, variant.source)
     variant.launcher = getattr(module, name)
-    variant.chunk = getattr(module, f"{name}_chunk", None)
     if inspecting is not None and variant.privates:
         variant.inspector, source = inspecting  # one file for the kernels whose inspectors are alike
         variant.inspector.function = getattr(_load(inspector.NAME, source), inspector.NAME)
@@ -352,9 +349,7 @@ def _variant(k: Analysed, t: Transformed, mode: str, target: str, checked: bool)
 def _cpu(k: Analysed, t: Transformed, variant: Variant, origin: str, fastmath: bool, checked: bool) -> None:
     """Print ``t`` as a CPU launcher (numba threads) into ``variant.source``."""
     body, types, init = _readable(t.body, k.low, k.types, t.init, set(t.launcher.accumulators), fastmath)
-    imports = (
-        f"Straight, call_chunk, {'checked, ' if checked else ''}digamma, expect_chunk, grown, stack_zeros"
-    )
+    imports = f"Straight, {'checked, ' if checked else ''}digamma, grown, run_chunks, stack_zeros"
     variant.source = MODULE_HEADER.format(origin=origin, imports=imports) + tables_source(k.low.tables)
     variant.source += launcher_source(
         t.launcher, k.launch_index, body, types, k.low.kinds, init, fastmath, variant.sites
@@ -567,8 +562,7 @@ class Noting:
 @dataclass
 class AheadItem:
     """A function of generated code to compile for some argument types: its file, its name, the types, and
-    its cost as bytes of source: its file's for a chunk or an inspector, ``LAUNCHER_BYTES`` for a parallel
-    launcher (its chunk compiles apart: pad/kernel/emit.py)."""
+    its cost as bytes of source, its file's (a launcher's or an inspector's)."""
 
     path: str
     module: str
@@ -581,7 +575,7 @@ class AheadItem:
         return f"{self.module}.{self.name}{self.types}"
 
 
-LAUNCHER_BYTES = 20_000
+FUNCTION_BYTES = 20_000  # numba's cost of compiling a function, as if that much more source
 
 
 def ahead_items(noted: list[tuple[Any, tuple]]) -> list[AheadItem]:
@@ -590,22 +584,26 @@ def ahead_items(noted: list[tuple[Any, tuple]]) -> list[AheadItem]:
     for function, types in noted:
         module = sys.modules[function.py_func.__module__]
         path = str(module.__file__)
-        weight = LAUNCHER_BYTES if function.targetoptions.get("parallel") else os.path.getsize(path)
-        items.append(AheadItem(path, module.__name__, function.py_func.__name__, types, weight))
+        items.append(
+            AheadItem(path, module.__name__, function.py_func.__name__, types, os.path.getsize(path))
+        )
     return sorted(items, key=lambda item: item.key)
 
 
 def compile_ahead(items: list[AheadItem], workers: int = 0, share: tuple[int, int] = (0, 1)) -> int:
     """Compile this process's share of ``items`` into numba's on-disk cache, with ``workers`` more processes
-    (numba holds the GIL while it compiles: threads would take turns), the largest first. ``share = (k,
-    n)``: of ``n`` processes dividing the items (MPI ranks over a shared cache), this one takes the
-    functions k, k + n, ... Items already compiled into the cache (a marker beside the generated file says
-    so) are skipped. Returns how many items this process had compiled; a function whose compilation failed
-    here compiles, and reports its error, where it is first called.
+    (numba holds the GIL while it compiles: threads would take turns). ``share = (k, n)``: of ``n``
+    processes dividing the items (MPI ranks over a shared cache), this one takes the functions k, k + n, ...
+    Items already compiled into the cache (a marker beside the generated file says so) are skipped. Returns
+    how many items this process and its workers had compiled; a function whose compilation failed here
+    compiles, and reports its error, where it is first called.
 
     The items of one function go to one process, one after the other: numba keeps a function's cache in one
     index file, and two processes saving two signatures of one function at once could leave the index
-    naming the other's compiled code."""
+    naming the other's compiled code. The processes take the functions in turn, the costliest first, each
+    the next one none has taken as soon as it is free (``_compile_claimed``): the first function's own
+    process starts while the workers start, and the sizes of generated files foretell compile times only
+    roughly."""
     index, count = share
     functions = sorted({(item.path, item.name) for item in items})[index::count]
     groups: dict[tuple[str, str], list[AheadItem]] = {}
@@ -614,19 +612,28 @@ def compile_ahead(items: list[AheadItem], workers: int = 0, share: tuple[int, in
             groups.setdefault((item.path, item.name), []).append(item)
     if not groups:
         return 0
-    bins: list[list[AheadItem]] = [[] for _ in range(min(workers, len(groups) - 1) + 1)]
-    loads = [0] * len(bins)
-    cost = {key: sum(item.weight + LAUNCHER_BYTES for item in group) for key, group in groups.items()}
-    for key in sorted(groups, key=lambda key: -cost[key]):  # the costliest to the least loaded
-        k = loads.index(min(loads))
-        bins[k] += groups[key]
-        loads[k] += cost[key]  # each item as if 20 kB more source: numba's cost per function
-    children = [_start_worker(chunk) for chunk in bins[1:]]
-    _compile_items(bins[0])
-    for child, tasks in children:
-        child.wait()
-        tasks.unlink(missing_ok=True)
-    return sum(map(len, groups.values()))
+    order = sorted(groups.values(), key=lambda group: -sum(item.weight + FUNCTION_BYTES for item in group))
+    claims = Path(tempfile.mkdtemp(prefix="claims-", dir=cache_dir()))
+    try:
+        children = [_start_worker(order, claims) for _ in range(min(workers, len(order) - 1))]
+        _compile_claimed(order, claims)
+        for child, tasks in children:
+            child.wait()
+            tasks.unlink(missing_ok=True)
+    finally:
+        shutil.rmtree(claims, ignore_errors=True)
+    return sum(map(len, order))
+
+
+def _compile_claimed(groups: list[list[AheadItem]], claims: Path) -> None:
+    """Compile each group of ``groups`` that no other process has claimed yet, claiming it first: the claim
+    of group k is the file ``k`` in ``claims``, which one process alone creates."""
+    for k, group in enumerate(groups):
+        try:
+            (claims / str(k)).touch(exist_ok=False)
+        except FileExistsError:
+            continue
+        _compile_items(group)
 
 
 def _marker(item: AheadItem) -> Path:
@@ -637,15 +644,14 @@ def _marker(item: AheadItem) -> Path:
     return Path(item.path).with_name("__pycache__") / f"{item.module}.{digest}.ahead"
 
 
-def _start_worker(items: list[AheadItem]) -> tuple[Any, Path]:
-    """A process compiling ``items`` (``python -c``, so that it imports neither the caller's ``__main__`` nor
-    MPI: it must not join the caller's MPI job)."""
+def _start_worker(groups: list[list[AheadItem]], claims: Path) -> tuple[Any, Path]:
+    """A process compiling the ``groups`` it claims (``python -c``, so that it imports neither the caller's
+    ``__main__`` nor MPI: it must not join the caller's MPI job)."""
     import pickle
     import subprocess
-    import tempfile
 
     with tempfile.NamedTemporaryFile("wb", suffix=".ahead", dir=cache_dir(), delete=False) as fh:
-        pickle.dump(items, fh)
+        pickle.dump((groups, claims), fh)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PMI_", "PMIX_", "OMPI_", "MPI_"))}
     code = "import sys; from pad.kernel.compiler import _worker; _worker(sys.argv[1])"
     return subprocess.Popen([sys.executable, "-c", code, fh.name], env=env), Path(fh.name)
@@ -655,7 +661,7 @@ def _worker(tasks: str) -> None:
     import pickle
 
     with open(tasks, "rb") as fh:
-        _compile_items(pickle.load(fh))
+        _compile_claimed(*pickle.load(fh))
 
 
 def _compile_items(items: list[AheadItem]) -> None:

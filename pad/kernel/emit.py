@@ -358,30 +358,23 @@ def launcher_source(
     fastmath: bool,
     sites: list[tuple[Line | None, str]] | None = None,
 ) -> str:
-    """The Python source of a ``@njit(parallel=True)`` launcher running ``body`` for every launch index.
+    """The Python source of a launcher running ``body`` for every launch index.
 
-    With ``sites`` (PAD_DEBUG), every access is checked (one site per access is appended to ``sites``) and
-    the chunks run one after another: an error raised in a ``prange`` loop would be lost."""
+    With ``sites`` (PAD_DEBUG), every access is checked (one site per access is appended to ``sites``)."""
     p = Printer(types, kinds, sized_stacks=launcher.stack is not None, sites=sites, launch_index=launch_index)
     p.quotes = launcher.quotes
     p.renamable = _renamable(body, launch_index)
     args = ", ".join([*head("cpu", launcher.planned), *launcher.params, *launcher.extras])
-    # One chunk's work is a plain njit function that the parallel launcher calls: numba's parfor passes
-    # (fusion, pre-lowering), which walk the whole parallel function, then see a loop of calls, not a
-    # kernel's adjoint of thousands of statements (which they compile slowly: docs/benchmarks.md).
-    # The launcher takes the address of the chunk compiled alone, ``_chunk``, and the key of the argument
-    # types it was compiled for, ``_key`` (pad/parallel/cpu.py), checks the key and calls the chunk through
-    # its address (``runtime.expect_chunk``, ``runtime.call_chunk``). Called by name, numba would link the
-    # chunk's code into the launcher and optimize and compile it again there (docs/benchmarks.md, "First
-    # runs: compiling"); through its address, every launch on any number of threads runs the one compiled
-    # chunk.
+    # A launcher is one plain njit function, its chunks' code. Called from Python with ``_run``, the address
+    # of the runner of chunks (pad/parallel/cpu.py: one parallel loop compiled once for every kernel, or a
+    # serial one for PAD_DEBUG), it has the runner call it again for each chunk ``_c`` and wave ``_w`` with
+    # ``_run`` 0 (``runtime.run_chunks``). A launcher with a parallel loop of its own would have numba lower
+    # and compile that loop once per kernel (docs/benchmarks.md, "First runs: compiling").
     options = f"nogil=True, cache=True, fastmath={fastmath}, error_model='numpy'"
-    chunk = f"{launcher.name}_chunk"
-    straight = f"@njit({options}, pipeline_class=Straight)"
-    if launcher.planned:  # chunk _c runs its share of the groups of segments of colours _w0, ..., _w1 - 1
-        p.lines += [straight, f"def {chunk}(_c, _w0, _w1, {args}):"]
-    else:
-        p.lines += [straight, f"def {chunk}(_c, {args}):"]
+    waves = "_colours.shape[0] - 1" if launcher.planned else "1"
+    p.lines += [f"@njit({options}, pipeline_class=Straight)", f"def {launcher.name}(_run, _c, _w, {args}):"]
+    p.lines += ["    if _run != 0:", f"        return run_chunks(_nchunks, {waves}, _run, _c, _w, {args})"]
+    if not launcher.planned:
         p.lines += ["    _lo = _n * _c // _nchunks", "    _hi = _n * (_c + 1) // _nchunks"]
     for local in launcher.locals:
         stack = int(np.prod(local.shape)) * local.dtype.itemsize <= STACK_BYTES
@@ -397,10 +390,8 @@ def launcher_source(
     def line(text: str) -> None:
         p.lines.append("    " * depth + text)
 
-    if launcher.planned:
+    if launcher.planned:  # chunk _c runs its share of the groups of segments of colour _w
         line("_ident = _order.shape[0] == 0")
-        line("for _w in range(_w0, _w1):")
-        depth += 1
         line("_first = _colours[_w]")
         line("_count = _colours[_w + 1] - _first")
         line("_groups = min(_slots, _count)")
@@ -457,20 +448,6 @@ def launcher_source(
     depth = outer
     for column, acc in enumerate(launcher.accumulators):
         line(f"{ACTIVE_SCALARS}[{slot}, {column}] += _acc{acc}")
-    # The chunk index is cast: numba types a prange index int64 in the launcher but uint64 in the gufunc it
-    # lowers the loop to, and the chunk (the kernel's whole body) would be compiled once for each.
-    parallel, loop = ("parallel=True, ", "prange") if sites is None else ("", "range")
-    lead = "np.int64(0), np.int64(0), np.int64(0)" if launcher.planned else "np.int64(0)"
-    p.lines += ["", "", f"@njit({parallel}{options})", f"def {launcher.name}(_chunk, _key, {args}):"]
-    p.lines += [f"    expect_chunk(_key, {lead}, {args})"]  # typed as the calls below
-    if launcher.planned:
-        p.lines += [
-            "    for _w in range(_colours.shape[0] - 1):",
-            f"        for _c in {loop}(_nchunks):",
-            f"            call_chunk(_chunk, np.int64(_c), _w, _w + 1, {args})",
-        ]
-    else:
-        p.lines += [f"    for _c in {loop}(_nchunks):", f"        call_chunk(_chunk, np.int64(_c), {args})"]
     return "\n".join(p.lines) + "\n"
 
 
@@ -479,7 +456,7 @@ MODULE_HEADER = """\
 import math
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 from pad.kernel.runtime import {imports}
 

@@ -1,11 +1,11 @@
 """Small compiled helpers that generated kernels call: local arrays on the stack, the growable per-thread
 stacks of reverse mode, the greedy colouring step of inspectors, the digamma function (the derivative of
 ``math.lgamma``), which numba lacks, and the bounds check of ``PAD_DEBUG`` kernels; the numba pipeline
-that compiles generated chunks and inspectors, and the call of a chunk through its address."""
+that compiles generated launchers and inspectors, and the calls between a launcher and the runner of its
+chunks."""
 
 from __future__ import annotations
 
-import hashlib
 import math
 import types as types_module
 from typing import Any
@@ -33,7 +33,7 @@ def serial_and_parallel(fn: Any) -> tuple[Any, Any]:
 
 
 class Straight(CompilerBase):  # type: ignore[misc]
-    """numba's nopython pipeline without its SSA reconstruction, for generated chunks and inspectors.
+    """numba's nopython pipeline without its SSA reconstruction, for generated launchers and inspectors.
 
     numba rebuilds SSA form for each variable assigned more than once by walking every block of the function,
     and then types and lowers every version it made: for a kernel's adjoint of thousands of statements, a
@@ -47,60 +47,175 @@ class Straight(CompilerBase):  # type: ignore[misc]
         return [DefaultPassBuilder.define_nopython_pipeline(self.state)]
 
 
-class ChunkMismatch(Exception):
-    """A launcher was given the key of its chunk compiled for other argument types than its own."""
+def _call(context: Any, builder: Any, callee: Any, argtypes: tuple, values: list) -> None:
+    """Call ``callee``, a function returning nothing in numba's calling convention, on ``values`` (of numba
+    types ``argtypes``); if it raises, return its error from the calling function.
 
-
-def chunk_key(argtypes: tuple) -> int:
-    """An odd int64 naming the numba types ``argtypes`` of a chunk's arguments, the same in every process
-    (``expect_chunk`` compares it with the key of the types it sees). Never 0, the key of no address."""
-    digest = hashlib.blake2b(str(tuple(argtypes)).encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little", signed=True) | 1
-
-
-@intrinsic
-def expect_chunk(typingctx: Any, key: Any, *args: Any) -> Any:
-    """Raise ChunkMismatch unless ``key`` is the ``chunk_key`` of the types of ``args``: a launcher's check
-    that the chunk address it is given is of its chunk compiled for the argument types of its calls
-    (``call_chunk``), before it makes them."""
-    if not isinstance(key, types.Integer):
-        return None
-    expected = chunk_key(args)
-
-    def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
-        wrong = builder.icmp_signed("!=", llargs[0], context.get_constant(types.int64, expected))
-        with builder.if_then(wrong, likely=False):
-            context.call_conv.return_user_exc(builder, ChunkMismatch, ("a chunk compiled for other types",))
-        return context.get_dummy_value()
-
-    return types.none(key, types.StarArgTuple.from_types(args)), codegen
+    That return is marked as numba marks a raise: numba's reference-count pruning then drops the caller's
+    increments and decrements of the arrays around the call, two atomic operations an array a launch, as it
+    does where the callee's code is inlined. The call is never inlined: a chunk compiles once."""
+    conv = context.call_conv
+    status, _ = conv.call_function(builder, callee, types.none, argtypes, values, attrs=("noinline",))
+    with cgutils.if_unlikely(builder, status.is_error):  # conv.return_status_propagate, marked
+        store = builder.store(status.excinfoptr, conv._get_excinfo_argument(builder.function))
+        store.set_metadata("numba_exception_output", builder.module.add_metadata([ir.IntType(1)(1)]))
+        builder.ret(status.code)
 
 
 @intrinsic
 def call_chunk(typingctx: Any, address: Any, *args: Any) -> Any:
-    """Call the chunk compiled at ``address`` (an int64) on ``args``.
+    """Call the function compiled at ``address`` (an int64), returning nothing, on ``args``: a CPU launch's
+    chunks runner its chunks (pad/parallel/cpu.py), a launcher its chunks runner (``run_chunks``).
 
-    A launcher takes its chunk's address as a plain int64 (pad/kernel/emit.py): numba unboxes it as cheaply
-    as any integer, and the launcher, cached on disk, holds no address of one process. The address is of the
-    chunk's own code in numba's calling convention (pad/parallel/cpu.py), so that an exception it raises
-    (PAD_DEBUG's IndexError) reaches the launcher's caller. That return is marked as numba marks a raise:
-    numba's reference-count pruning then drops the launcher's increments and decrements of the arrays around
-    the call, two atomic operations an array a launch, as it does where the chunk's code is inlined."""
+    An address is of one process: it reaches compiled code only as an argument, so that code cached on disk
+    holds none. The function is in numba's calling convention, so that an exception it raises (PAD_DEBUG's
+    IndexError) reaches the caller's caller."""
     if not isinstance(address, types.Integer):
         return None
 
     def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
-        conv = context.call_conv
-        chunk = builder.inttoptr(llargs[0], conv.get_function_type(types.none, args).as_pointer())
-        values = cgutils.unpack_tuple(builder, llargs[1])
-        status, _ = conv.call_function(builder, chunk, types.none, args, values)
-        with cgutils.if_unlikely(builder, status.is_error):  # conv.return_status_propagate, marked
-            store = builder.store(status.excinfoptr, conv._get_excinfo_argument(builder.function))
-            store.set_metadata("numba_exception_output", builder.module.add_metadata([ir.IntType(1)(1)]))
-            builder.ret(status.code)
+        fnty = context.call_conv.get_function_type(types.none, args)
+        callee = builder.inttoptr(llargs[0], fnty.as_pointer())
+        _call(context, builder, callee, args, cgutils.unpack_tuple(builder, llargs[1]))
         return context.get_dummy_value()
 
     return types.none(address, types.StarArgTuple.from_types(args)), codegen
+
+
+@intrinsic
+def words_at(typingctx: Any, address: Any) -> Any:
+    """The int64 at ``address`` as a one-element array that owns nothing."""
+    if not isinstance(address, types.Integer):
+        return None
+    array_type = types.Array(types.int64, 1, "C")
+
+    def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
+        array = make_array(array_type)(context, builder)
+        item = context.get_constant(types.intp, 8)
+        data = builder.inttoptr(llargs[0], context.get_data_type(types.int64).as_pointer())
+        one = context.get_constant(types.intp, 1)
+        populate_array(array, data=data, shape=[one], strides=[item], itemsize=item, meminfo=None)
+        return array._getvalue()
+
+    return array_type(address), codegen
+
+
+@intrinsic
+def address_of(typingctx: Any, array: Any) -> Any:
+    """The address of ``array``'s data, an int64."""
+    if not isinstance(array, types.Array):
+        return None
+
+    def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
+        data = make_array(array)(context, builder, value=llargs[0]).data
+        return builder.ptrtoint(data, ir.IntType(64))
+
+    return types.int64(array), codegen
+
+
+@intrinsic
+def run_chunks(typingctx: Any, nchunks: Any, waves: Any, *params: Any) -> Any:
+    """Run the calling launcher's chunks ``0 .. nchunks - 1`` for each wave ``0 .. waves - 1``, calling it
+    again for each as ``launcher(0, chunk, wave, *rest)``, by the chunks runner at ``params[0]``.
+
+    ``params`` are the launcher's own parameters in order: ``_run`` (the runner's address, an int64; 0 in a
+    chunk's call), ``_c`` (the chunk), ``_w`` (the wave) and the rest. A launcher is one function of one
+    signature per argument types, its chunks' code: this packs its arguments into a record on its stack and
+    passes the runner (compiled once for every kernel, parallel or serial: pad/parallel/cpu.py) the record
+    and the address of a small function, defined here beside the launcher, that unpacks the record and calls
+    the launcher for one chunk and wave. Each kernel then compiles one function and no parallel loop of its
+    own (docs/benchmarks.md, "First runs: compiling"), and every launch, on any number of threads, runs the
+    one compiled chunk code."""
+    lead = (nchunks, waves, *params[:3])
+    if len(params) < 3 or not all(isinstance(t, types.Integer) for t in lead):
+        return None
+
+    def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
+        values = cgutils.unpack_tuple(builder, llargs[2])
+        words: list = []
+        for value, param in zip(values, params, strict=True):
+            words += _record_words(context, builder, param, value)
+        record_type = _guarded([w.type for w in words])
+        with builder.goto_entry_block():  # not zeroed: cgutils.alloca_once's would run in every chunk's call
+            record = builder.alloca(record_type)
+        for k, word in enumerate(words, 1):
+            builder.store(word, cgutils.gep_inbounds(builder, record, 0, k))
+        unpack = _chunk_call(context, builder.module, builder.function, params, record_type)
+        counts = [context.cast(builder, v, t, types.int64) for v, t in zip(llargs[:2], lead, strict=False)]
+        addresses = [builder.ptrtoint(x, ir.IntType(64)) for x in (unpack, record)]
+        runner = context.call_conv.get_function_type(types.none, (types.int64,) * 4)
+        callee = builder.inttoptr(values[0], runner.as_pointer())
+        _call(context, builder, callee, (types.int64,) * 4, [*addresses, *counts])
+        return context.get_dummy_value()
+
+    return types.none(nchunks, waves, types.StarArgTuple.from_types(params)), codegen
+
+
+def _record_words(context: Any, builder: Any, param: Any, value: Any) -> list:
+    """What the record of ``run_chunks`` holds of a launcher's argument ``value`` of type ``param``: an array's
+    data pointer, shape and strides (``_chunk_call`` makes the array again), anything else whole."""
+    if not isinstance(param, types.Array):
+        return [value]
+    array = make_array(param)(context, builder, value=value)
+    shape = cgutils.unpack_tuple(builder, array.shape, param.ndim)
+    strides = cgutils.unpack_tuple(builder, array.strides, param.ndim)
+    return [array.data, *shape, *strides]
+
+
+LINE_BYTES = 64  # a cache line
+
+
+def _guarded(fields: list) -> Any:
+    """The record's type: ``fields`` between two cache lines' worth of bytes that nothing writes, so that no
+    line of the record holds anything else of the launcher's stack (or of the calls below it)."""
+    guard = ir.ArrayType(ir.IntType(8), LINE_BYTES)
+    return ir.LiteralStructType([guard, *fields, guard])
+
+
+def _chunk_call(context: Any, module: Any, launcher: Any, params: tuple, record_type: Any) -> Any:
+    """The function ``(record, chunk, wave)`` calling ``launcher`` as ``launcher(0, chunk, wave, *rest)``, the
+    rest of its arguments read from the record (``run_chunks``), in numba's calling convention.
+
+    Every thread reads the record, once per chunk it runs, after the launch's own thread wrote it: it holds
+    of an array only what a chunk reads, its data, shape and strides (fewer than half the words of numba's
+    array), on cache lines of its own (between guards: aligned to a line, it made the launcher, the kernel's
+    whole code, keep a frame pointer in a register). A chunk's arrays have no owner, as numba's own parallel
+    loops pass arrays to their threads: the launcher's call from Python holds them while its chunks run.
+    With owners, a chunk's call would increment and decrement each one's reference count where numba's
+    pruning leaves them (as in a launcher by a plan): atomic operations on memory every thread shares, which
+    each chunk waits for longer the more threads run."""
+    conv = context.call_conv
+    fn = ir.Function(module, conv.get_function_type(types.none, (types.int64,) * 3), f"{launcher.name}.chunk")
+    fn.linkage = "internal"
+    builder = ir.IRBuilder(fn.append_basic_block("entry"))
+    address, chunk, wave = conv.get_arguments(fn)
+    record = builder.inttoptr(address, record_type.as_pointer())
+    fields = iter(range(1, len(record_type.elements) - 1))
+
+    def word() -> Any:
+        return builder.load(cgutils.gep_inbounds(builder, record, 0, next(fields)))
+
+    values = []
+    for param in params:
+        if not isinstance(param, types.Array):
+            values.append(word())
+            continue
+        data = word()
+        shape = [word() for _ in range(param.ndim)]
+        strides = [word() for _ in range(param.ndim)]
+        item = context.get_abi_sizeof(context.get_data_type(param.dtype))
+        array = make_array(param)(context, builder)
+        itemsize = context.get_constant(types.intp, item)
+        populate_array(array, data=data, shape=shape, strides=strides, itemsize=itemsize, meminfo=None)
+        values.append(array._getvalue())
+    values[:3] = [
+        context.get_constant(params[0], 0),
+        context.cast(builder, chunk, types.int64, params[1]),
+        context.cast(builder, wave, types.int64, params[2]),
+    ]
+    _call(context, builder, launcher, params, values)
+    conv.return_native_none(builder)
+    return fn
 
 
 STACK_BYTES = 4096
@@ -151,10 +266,13 @@ def grown(stack: np.ndarray) -> np.ndarray:
     """A copy of a full stack with twice its room.
 
     Reverse mode keeps two growable stacks per thread: float64 (float32 values are saved exactly) and int64
-    (integers and booleans); the generated code pushes inline and calls this only when a stack is full.
+    (integers and booleans); the generated code pushes inline and calls this only when a stack is full. The
+    copy is a loop (LLVM makes it a memcpy): numba compiles a slice assignment's shape check, and its error
+    message, into a chain of functions that took seconds to compile in every process.
     """
     out = np.empty(2 * stack.shape[0], stack.dtype)
-    out[: stack.shape[0]] = stack
+    for k in range(stack.shape[0]):
+        out[k] = stack[k]
     return out
 
 

@@ -2,11 +2,10 @@
 
 numba compiles a launcher on its first call, one at a time and holding the GIL: LULESH's per-cycle gradient,
 two dozen launchers, took minutes before its first timed cycle (docs/benchmarks.md, "In the code"). ``pad.precompile(fn, *args)`` runs
-``fn(*args)`` once with its launches noted and not run, then compiles every noted launcher, its chunk (a
-function of its own, which the launcher calls through its address: pad/kernel/emit.py) and the inspectors of
-those run by a plan, for the argument types they were called with, in parallel processes into numba's
-on-disk cache beside pad's generated files (``PAD_CACHE_DIR``). The program's own first calls then load
-them from the cache.
+``fn(*args)`` once with its launches noted and not run, then compiles every noted launcher and the
+inspectors of those run by a plan, for the argument types they were called with, in parallel processes into
+numba's on-disk cache beside pad's generated files (``PAD_CACHE_DIR``). The program's own first calls then
+load them from the cache.
 
 ``fn`` is a warm-up: a run of a few steps whose Python control flow does not depend on what the launches
 compute (they do not run: its arrays keep their values, and adjoints add nothing). Under MPI, ``comm`` shares
@@ -36,7 +35,7 @@ def precompile(
     ``comm``: an mpi4py or ``pad.mpi`` communicator whose ranks share the work (every rank calls
     ``precompile``). ``workers``: processes to start besides this one (default: the cores this process may
     use, shared among its node's ranks, less one). Returns what it did: ``launchers`` noted (the functions:
-    launchers, chunks, inspectors), ``compiled`` by this process and its ``workers``, in ``seconds``, with
+    launchers and inspectors), ``compiled`` by this process and its ``workers``, in ``seconds``, with
     ``cpu_s`` of this process and ``workers_cpu_s`` of the others (on an idle machine the seconds are about
     the larger of ``cpu_s`` and ``workers_cpu_s / workers``: numba compiles on one core).
     """

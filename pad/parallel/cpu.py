@@ -74,17 +74,36 @@ def _reduce(base: np.ndarray, buffer: np.ndarray) -> None:
     SPARE.give(buffer)
 
 
-def _chunk_address(chunk: Any, call: Sequence[Any]) -> tuple[int, int]:
-    """The address of ``chunk`` compiled for the types of ``call`` (or loaded from numba's cache: the key of
-    ``pad.precompile``'s item), and the ``runtime.chunk_key`` of those types, for its launcher to check. An
-    address is of this process only: it lives in its variant (``Variant.chunk_address``), never on disk."""
-    argtypes = tuple(chunk.typeof_pyval(a) for a in call)
-    chunk.compile(argtypes)
-    compiled = chunk.overloads[argtypes]
-    if compiled.signature.return_type != types.none:  # call_chunk calls it as returning nothing
-        raise TypeError(f"{chunk.py_func.__name__} returns {compiled.signature.return_type}, not None")
-    address = compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name)
-    return address, runtime.chunk_key(argtypes)
+def _run_chunks(chunk: int, record: int, nchunks: int, waves: int) -> None:
+    """Call ``chunk(record, c, w)`` (``runtime.run_chunks``: a launcher's chunk ``c`` of wave ``w``) for the
+    chunks ``0 .. nchunks - 1`` of each wave in turn, the chunks of a wave in parallel (``RUNNERS``)."""
+    # numba's parallel loop hands its threads an array by its data pointer, a number by a pointer to it:
+    # as an array, the record is one dependent load nearer to the threads that read it.
+    words: np.ndarray = runtime.words_at(record)  # type: ignore[call-arg]  # an intrinsic: typingctx first
+    for w in range(waves):
+        for c in prange(nchunks):  # np.int64: numba makes a prange index uint64 in the loop it lowers it to
+            runtime.call_chunk(chunk, runtime.address_of(words), np.int64(c), w)
+
+
+# Every CPU launch runs its chunks by one of these, compiled once: numba lowers a parallel loop slowly, once
+# per function. PAD_DEBUG launches run their chunks one after another: an exception raised in a parallel
+# loop would be lost.
+_serial_runner, _parallel_runner = runtime.serial_and_parallel(_run_chunks)
+RUNNERS = {"parallel": _parallel_runner, "serial": _serial_runner}
+_RUNNER_ADDRESSES: dict[str, int] = {}
+
+
+def runner_address(name: str) -> int:
+    """The address of the chunks runner ``RUNNERS[name]`` in this process (a launcher's ``_run``), compiled or
+    loaded from numba's cache on first use. An address is of this process only: never on disk."""
+    address = _RUNNER_ADDRESSES.get(name)
+    if address is None:
+        runner, signature = RUNNERS[name], (types.int64,) * 4
+        runner.compile(signature)
+        compiled = runner.overloads[signature]
+        address = compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name)
+        _RUNNER_ADDRESSES[name] = address
+    return address
 
 
 class Launch:
@@ -98,7 +117,6 @@ class Launch:
         "bases",
         "call",
         "extras",
-        "lead",
         "n",
         "nact",
         "plan",
@@ -128,12 +146,11 @@ class Launch:
         self.planned = bool(variant.privates or variant.halo or self.nact)
         self.threads = 0  # the thread count ``call`` was bound for (none yet)
         self.plan: plans.Plan | None = None
-        # the launcher's arguments, but for the private buffers and the active scalars' sums
+        # the launcher's arguments (the chunks runner's address first), but for the private buffers and the
+        # active scalars' sums
         self.call: list[Any] = []
         self.private: list[bool] = []  # per base, whether the plan accumulates it into private buffers
         self.slots = 0  # the private buffers' copies of their base
-        # the chunk's own first arguments: its index (and, by a plan, the first and last colours it runs)
-        self.lead: tuple[int, ...] = (0,)
 
     def __call__(self) -> np.ndarray:
         """Run the launch; returns the adjoints of active scalars (adjoint mode)."""
@@ -151,15 +168,9 @@ class Launch:
                 for base, own in zip(self.bases, self.private, strict=True)
             ]
             call = [*call, *buffers, *([outputs] if self.nact else [])]
-        if compiler.noting():  # compiled ahead (pad.precompile), not run: the launcher, and its chunk apart
-            compiler.note(variant.launcher, [*variant.chunk_address, *call])
-            compiler.note(variant.chunk, [*self.lead, *call])
+        if compiler.note(variant.launcher, call):  # compiled ahead (pad.precompile), not run
             return outputs.sum(axis=0) if self.nact else _NO_SUMS
-        try:
-            variant.launcher(*variant.chunk_address, *call)
-        except runtime.ChunkMismatch:  # the first launch, or one with other argument types than the last
-            variant.chunk_address = _chunk_address(variant.chunk, [*self.lead, *call])
-            variant.launcher(*variant.chunk_address, *call)
+        variant.launcher(*call)
         for base, buffer in zip(self.bases, buffers, strict=True):
             if buffer.shape[0]:
                 _reduce(base, buffer)
@@ -170,10 +181,10 @@ class Launch:
         """Work out the launcher's arguments for ``threads`` threads and ``plan``."""
         n, args, extras = self.n, self.args, self.extras
         self.threads, self.plan = threads, plan
+        run = (runner_address("serial" if self.variant.sites is not None else "parallel"), 0, 0)
         if plan is None:
             chunks = max(1, min(threads, n))
-            self.call = [*ordered(head("cpu"), _n=n, _nchunks=chunks), *args, *extras]
-            self.lead = (0,)
+            self.call = [*run, *ordered(head("cpu"), _n=n, _nchunks=chunks), *args, *extras]
             return
         self.private = [p in plan.private for _, p in self.variant.privates]
         slots = plan.slots
@@ -183,5 +194,9 @@ class Launch:
         self.slots = slots
         chunks = max(1, min(threads, slots))
         values = {"_slots": slots, "_order": plan.order, "_segs": plan.segs, "_colours": plan.colours}
-        self.call = [*ordered(head("cpu", planned=True), _n=n, _nchunks=chunks, **values), *args, *extras]
-        self.lead = (0, 0, 0)
+        self.call = [
+            *run,
+            *ordered(head("cpu", planned=True), _n=n, _nchunks=chunks, **values),
+            *args,
+            *extras,
+        ]

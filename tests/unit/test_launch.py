@@ -46,8 +46,8 @@ def test_strided_view_argument():
 
 
 def test_launches_on_other_layouts_in_turn_each_run_the_chunk_of_their_types():
-    """A launcher calls its chunk through an address (``runtime.call_chunk``): a launch whose arrays are laid
-    out otherwise than the last one's must run the chunk compiled for its own types, not the last one."""
+    """The chunks runner calls a launcher back through an address (``runtime.run_chunks``): a launch whose
+    arrays are laid out otherwise than the last one's must run the launcher compiled for its own types."""
     base = np.linspace(0.1, 2.0, 12)
     for x, y in [(base[:6], np.zeros(6)), (base[::2], np.zeros(12)[1::2])] * 2:
         pad.launch(k_sine, 6, x, y)
@@ -297,3 +297,12 @@ def test_a_launch_keeps_only_the_values_its_adjoint_reads(monkeypatch):
         if active:
             assert np.isclose(da[0], x0.sum())
         assert copies == ([(n,)] if active else [])  # x's old values, for a's derivative alone
+
+
+def test_a_full_stack_grows_to_twice_its_room_keeping_what_it_holds():
+    from pad.kernel import runtime
+
+    for stack in (np.linspace(0.5, 2.5, 5), np.arange(-3, 4)):
+        grown = runtime.grown(stack)
+        assert grown.dtype == stack.dtype and grown.shape == (2 * stack.shape[0],)
+        np.testing.assert_array_equal(grown[: stack.shape[0]], stack)

@@ -97,9 +97,10 @@ def test_stencil_adjoints_add_into_the_shadow_in_two_waves(n):
 
 @pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
 def test_a_kernel_body_is_compiled_once():
-    """The launcher calls one chunk of work per thread; numba must compile that chunk (the kernel's whole body)
-    once for given arguments, not for an int64 index in the launcher's typing and a uint64 one in its parallel
-    loop. Chunks run in one sweep (the scatter) and in waves (the stencil's adjoint)."""
+    """The chunks runner calls the launcher once per chunk of work and wave; numba must compile the launcher
+    (the kernel's whole body) once for given arguments: the runner's chunk and wave, a uint64 prange index
+    in its parallel loop, reach it as the int64s of the launch's own call. Chunks run in one sweep (the
+    scatter) and in waves (the stencil's adjoint)."""
     idx, x = np.arange(64) % 7, np.linspace(0.5, 1.5, 64)
     numba.set_num_threads(2)
     try:
@@ -113,12 +114,11 @@ def test_a_kernel_body_is_compiled_once():
             compiled = [v for v in kernel._variants.values() if v.launcher.signatures]
             assert {"primal"} < {v.mode for v in compiled}, compiled
             for v in compiled:
-                chunk = v.launcher.py_func.__globals__[v.launcher.py_func.__name__ + "_chunk"]
-                # The signatures compiled here and those in numba's on-disk index (a launcher loaded from the
-                # cache never compiles its chunk in this process; other dtypes may share the source): the
-                # chunk index is an int64 in each.
-                cached = {key[0] for key in chunk._cache._cache_file._load_index()}
-                assert {sig[0] for sig in set(chunk.signatures) | cached} == {numba.int64}, (kernel, v.mode)
+                # The signatures compiled here and those in numba's on-disk index (other dtypes may share the
+                # source): the runner's address, the chunk and the wave are int64s in each.
+                cached = {key[0] for key in v.launcher._cache._cache_file._load_index()}
+                leads = {tuple(sig[:3]) for sig in set(v.launcher.signatures) | cached}
+                assert leads == {(numba.int64,) * 3}, (kernel, v.mode, leads)
     finally:
         numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
 
