@@ -194,6 +194,11 @@ copies of overwritten values are serial work between parallel launches otherwise
 a parallel region: waking the threads costs microseconds, and on a machine shared with other work, where a
 thread may wait for a core, milliseconds.)"""
 
+FRESH_PARALLEL_BYTES = 1 << 16
+"""New host copies (``copy``) this large or larger run on all threads: a copy's first touch of new memory
+faults a page every 4 KiB, which costs more than the copy, and threads fault their pages side by side (the
+tape's copies of the values a whole run's adjoints need: docs/benchmarks.md, "Checkpointing")."""
+
 
 @njit(parallel=True, cache=True)
 def _copy_flat(dst: np.ndarray, src: np.ndarray) -> None:
@@ -230,10 +235,10 @@ def fill(a: np.ndarray, value: float) -> None:
 def copy(a: Any) -> Any:
     """A new array with ``a``'s values, in ``a``'s memory."""
     if isinstance(a, np.ndarray):
-        if not _parallel(a):
+        if a.nbytes < FRESH_PARALLEL_BYTES or not a.flags.c_contiguous:
             return a.copy()
         out = np.empty_like(a, order="C")
-        copyto(out, a)
+        _copy_flat(out.reshape(-1), a.reshape(-1))
         return out
     if is_cupy(a):
         return a.copy()
