@@ -383,10 +383,16 @@ def cpu_lulesh_plans() -> list[str]:
     ]
 
 
+def _spread(ratios: list[float]) -> str:
+    """`` (a-bx, n runs)`` for several runs' ratios, nothing for one."""
+    return f" ({min(ratios):.2f}-{max(ratios):.2f}x, {len(ratios)} runs)" if len(ratios) > 1 else ""
+
+
 def lulesh_sensitivity() -> list[str]:
     """LULESH's whole-run gradient to completion (``bench_sensitivity.py``): per device and memory budget the
-    gradient's time over the run's, the schedule, steps recomputed against the best offline schedule's, steps
-    replayed from records, and the peak state memory measured."""
+    gradient's time over the run's (of several runs the median and the range), the schedule, steps
+    recomputed against the best offline schedule's, steps replayed from records, and the peak state memory
+    measured."""
     rec = _one("sensitivity-lulesh.json")
     rows = [
         [
@@ -395,7 +401,7 @@ def lulesh_sensitivity() -> list[str]:
             str(c["cycles"]),
             f"{c['time_primal_s']:.3g} s",
             f"{c['time_grad_s']:.3g} s",
-            f"{c['overhead']:.2f}x",
+            f"{c['overhead']:.2f}x" + _spread(c.get("overheads", [])),
             c["schedule"],
             f"{c['recomputed_steps']} ({c['optimal_recomputed_steps']})",
             str(c.get("replayed_steps", 0)),
