@@ -219,12 +219,15 @@ class Hydro:
 
     # ----------------------------------------------------------------------------------- one cycle
     def time_increment(self, s: State, first: bool) -> None:
-        """The next time step, reduced over ranks (TimeIncrement)."""
+        """The next time step, reduced over ranks (TimeIncrement; one rank reads its own proposal, where a
+        reduction would be a device copy in the cycle's graph)."""
+        newdt = self.newdt if self.comm.size > 1 else self.gnewdt
         if not first:
             pad.launch(K.k_dt_candidate, 1, s.clock, self.gnewdt)
-            self.comm.Allreduce(self.gnewdt, self.newdt, pad.mpi.MIN)
+            if self.comm.size > 1:
+                self.comm.Allreduce(self.gnewdt, self.newdt, pad.mpi.MIN)
         pad.launch(
-            K.k_time_increment, 1, first, self.newdt, s.clock, STOPTIME, DTMAX, DT_MULT_LB, DT_MULT_UB,
+            K.k_time_increment, 1, first, newdt, s.clock, STOPTIME, DTMAX, DT_MULT_LB, DT_MULT_UB,
             self.fault, self.earlier,
         )  # fmt: skip
 
