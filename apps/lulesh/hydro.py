@@ -7,7 +7,7 @@ run inside ``autodiff``; nothing between launches touches a state array with Num
 
 One cycle (the original's ``TimeIncrement`` then ``LagrangeLeapFrog``), in launches:
 
-1. ``k_dt_candidate`` -> ``Allreduce`` MIN over ranks -> ``k_time_increment``
+1. ``k_dt_candidate`` -> ``Allreduce`` MIN over ranks -> ``k_time_increment`` (one rank: the last alone)
 2. ``k_element_forces`` (stress and hourglass forces per corner) -> ``k_gather_forces`` (per node) ->
    halo sum of the forces -> ``k_advance_nodes`` -> halo copy of positions and velocities
 3. ``k_kinematics`` (with the monotonic Q's gradients) -> ghost exchange of the velocity gradients -> ``k_monoq``
@@ -219,15 +219,14 @@ class Hydro:
 
     # ----------------------------------------------------------------------------------- one cycle
     def time_increment(self, s: State, first: bool) -> None:
-        """The next time step, reduced over ranks (TimeIncrement; one rank reads its own proposal, where a
-        reduction would be a device copy in the cycle's graph)."""
-        newdt = self.newdt if self.comm.size > 1 else self.gnewdt
-        if not first:
+        """The next time step, reduced over ranks (TimeIncrement). One rank's time increment makes its own
+        proposal: a launch and a device copy fewer in each cycle's graph."""
+        alone = self.comm.size == 1
+        if not (first or alone):
             pad.launch(K.k_dt_candidate, 1, s.clock, self.gnewdt)
-            if self.comm.size > 1:
-                self.comm.Allreduce(self.gnewdt, self.newdt, pad.mpi.MIN)
+            self.comm.Allreduce(self.gnewdt, self.newdt, pad.mpi.MIN)
         pad.launch(
-            K.k_time_increment, 1, first, newdt, s.clock, STOPTIME, DTMAX, DT_MULT_LB, DT_MULT_UB,
+            K.k_time_increment, 1, first, alone, self.newdt, s.clock, STOPTIME, DTMAX, DT_MULT_LB, DT_MULT_UB,
             self.fault, self.earlier,
         )  # fmt: skip
 

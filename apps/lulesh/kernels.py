@@ -342,15 +342,21 @@ def k_deposit_energy(i, at_origin, params, volo, e, clock):
 
 
 # ------------------------------------------------------------------------------------ time increment
-@pad.kernel
-def k_dt_candidate(i, clock, gnewdt):
+@pad.func
+def dt_candidate(clock):
     """This rank's proposal for the next time step from the Courant and hydro constraints."""
     candidate = 1.0e20
     if clock[DTCOURANT] < candidate:
         candidate = clock[DTCOURANT] / 2.0
     if clock[DTHYDRO] < candidate:
         candidate = clock[DTHYDRO] * 2.0 / 3.0
-    gnewdt[0] = candidate
+    return candidate
+
+
+@pad.kernel
+def k_dt_candidate(i, clock, gnewdt):
+    """This rank's proposal, for the reduction over ranks."""
+    gnewdt[0] = dt_candidate(clock)
 
 
 @pad.kernel
@@ -361,14 +367,15 @@ def k_count_cycle(i, cycles):
 
 
 @pad.kernel
-def k_time_increment(i, first, newdt, clock, stoptime, dtmax, multlb, multub, fault, earlier):
+def k_time_increment(i, first, alone, newdt, clock, stoptime, dtmax, multlb, multub, fault, earlier):
     """The next time step (growth limited, cut to end at ``stoptime``) and the new time (TimeIncrement);
-    notes the faults of the cycles before (see ``count_fault``)."""
+    notes the faults of the cycles before (see ``count_fault``). The proposal is ``newdt[0]``, reduced over
+    ranks, or on one rank (``alone``) its own."""
     earlier[0] = fault[0]
     targetdt = stoptime - clock[TIME]
     if not first:
         olddt = clock[DT]
-        dt = newdt[0]
+        dt = dt_candidate(clock) if alone else newdt[0]
         ratio = dt / olddt
         if ratio >= 1.0:
             if ratio < multlb:
