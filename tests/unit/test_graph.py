@@ -13,6 +13,7 @@ import pytest
 
 import pad
 import pad.mpi
+from pad.replay import Recording
 
 
 @pad.kernel
@@ -227,7 +228,9 @@ def test_a_differentiated_step_it_cannot_replay_runs_every_time():
     total, dtotal = np.zeros(3), np.zeros(3)
 
     def tangents() -> None:
-        pad.fwddiff(lambda x, t: comm.Allreduce(x, t, pad.mpi.SUM), pad.Dup(x, np.ones(3)), pad.Dup(total, dtotal))
+        pad.fwddiff(
+            lambda x, t: comm.Allreduce(x, t, pad.mpi.SUM), pad.Dup(x, np.ones(3)), pad.Dup(total, dtotal)
+        )
 
     g = pad.graph(tangents)
     g()
@@ -286,3 +289,39 @@ def test_single_rank_collectives_are_replayed():
     for _ in range(3):
         g(x, total)
     assert g.why is None and (x == 8).all() and (total == 8).all()
+
+
+def test_a_record_of_device_and_host_work_replays_it_in_order(monkeypatch):
+    """Runs of CuPy entries become CUDA graphs, captured once each (a fake graph here, which runs them when
+    launched); the host entries between them (MPI work) run in Python in their place, every replay."""
+    done: list[str] = []
+    captured: list[int] = []
+
+    class Graph:
+        def __init__(self, entries: list[Any]) -> None:
+            self.entries = entries
+
+        def launch(self) -> None:
+            done.append("launch")
+            for entry in self.entries:
+                entry()
+
+    def capture(record: Recording, entries: list[Any]) -> Graph:
+        captured.append(len(entries))
+        return Graph(entries)
+
+    monkeypatch.setattr(Recording, "_capture", capture)
+    record = Recording()
+    for name, device in (
+        ("a", True),
+        ("b", True),
+        ("send", False),
+        ("c", True),
+        ("wait", False),
+        ("d", False),
+    ):
+        record.add(lambda name=name: done.append(name), cupy=device)
+    record.replay()
+    record.replay()
+    assert captured == [2, 1]
+    assert done == ["launch", "a", "b", "send", "launch", "c", "wait", "d"] * 2
