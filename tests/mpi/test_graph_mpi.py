@@ -30,14 +30,14 @@ def k_grow(i, t, y):
 
 class Steps:
     """One rank's steps over ``comm``: halos on a periodic ring of ranks, a ring of messages and reductions,
-    with the scratch arrays they reach by closure."""
+    with the scratch arrays they reach by closure (``put``: host arrays to the arrays the steps use)."""
 
-    def __init__(self, comm: pad.mpi.Comm) -> None:
-        self.comm = comm
+    def __init__(self, comm: pad.mpi.Comm, put: Any = np.copy) -> None:
+        self.comm, self.put = comm, put
         self.ghost = pad.mpi.Halo.structured(comm, (comm.size,), (N,), ghost=1, periodic=True)
         self.shared = pad.mpi.Halo.structured(comm, (comm.size,), (N,))
-        self.t = np.zeros(N)
-        self.out, self.back = np.zeros(2), np.zeros(2)
+        self.t = put(np.zeros(N))
+        self.out, self.back, self.got = (put(np.zeros(2)) for _ in range(3))
         self.calls = 0
 
     def plain(self, u: Any, total: Any) -> None:
@@ -65,7 +65,7 @@ class Steps:
         self.shared.exchange(self.t, "sum")
         pad.launch(k_grow, N, self.t, u)
         self.ghost.exchange(u, "copy")
-        got = np.zeros(2)
+        got = self.got
         recv = comm.Irecv(got, (r - 1) % p, 3)
         comm.Isend(u[1:3], (r + 1) % p, 3).Wait()
         recv.Wait()
