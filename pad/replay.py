@@ -55,9 +55,12 @@ def quiet_span() -> object | None:
 
 
 class Recording:
-    """The work of one call of a step, each piece as a function that redoes it."""
+    """The work of one call of a step, each piece as a function that redoes it. ``alone``: the record is
+    replayed where this rank alone decides (a checkpointed loop's step), so an operation that communicates
+    with other ranks refuses it (the ranks running the step live would number their messages on)."""
 
-    def __init__(self) -> None:
+    def __init__(self, alone: bool = False) -> None:
+        self.alone = alone
         self.entries: list[Callable[[], Any]] = []
         self.quiet: list[bool] = []  # per entry, ``add``'s ``quiet``
         self.device: list[bool] = []  # per entry, ``add``'s ``cupy``
