@@ -265,13 +265,35 @@ def _record_wait(
     record: replay.Recording, phase: str, requests: list[Any], statuses: list[Any] | None
 ) -> None:
     """Add a wait to the record a ``pad.graph`` step is making: a replay waits for the same requests, which
-    its entries started again; one that pad did not start (mpi4py's own) it could not."""
-    if any(not isinstance(r, Request) for r in requests):
-        record.refuse("it waits for an mpi4py request that pad did not start, which a replay could not start")
+    its entries started again; one the step did not start (before it, or mpi4py's own) it could not."""
+    mine = _started.get(record, {})
+    if any(mine.get(id(r)) is not r for r in requests):
+        record.refuse("it waits for a request it did not start with pad.mpi, which a replay could not start")
         return
-    waited = list(requests)
-    wait = functools.partial(Request._waitall, waited, statuses, False)
+    wait = functools.partial(Request._waitall, list(requests), statuses, False)
     record.add(functools.partial(_timed, phase, wait), cupy=False, quiet=True)
+
+
+_started: weakref.WeakKeyDictionary[replay.Recording, dict[int, Request]] = weakref.WeakKeyDictionary()
+"""The requests each record's step started, by id."""
+
+
+def started(request: Request) -> Request:
+    """``request``, started in the step whose record is being made, if any: its waits may be recorded, and
+    the record is refused if the step returns without waiting for it (a replay would start it again)."""
+    record = replay.recording()
+    if record is not None:
+        mine = _started.get(record)
+        if mine is None:
+            mine = _started[record] = {}
+
+            def all_waited() -> None:
+                if any(not r._done for r in mine.values()):
+                    record.refuse("it returns before waiting for a request it started")
+
+            record.finish.append(all_waited)
+        mine[id(request)] = request
+    return request
 
 
 def plain(comm: Comm, name: str, args: tuple, kwargs: dict) -> Any:
@@ -296,7 +318,7 @@ def plain(comm: Comm, name: str, args: tuple, kwargs: dict) -> Any:
             check(given[at])
 
         return redone("plain", received, given, plain=True)
-    request = Request([], arrived=[] if check is None else [lambda statuses: check(statuses[0])])
+    request = started(Request([], arrived=[] if check is None else [lambda statuses: check(statuses[0])]))
     redone("plain", functools.partial(request.restart, method), given, plain=True)
     return request
 
@@ -726,7 +748,7 @@ class Wire:
             self._log(call, args, None)
             return result
         logs = receives is None
-        request = Request([], arrived=[] if logs else [lambda statuses: arrived(statuses[0])])
+        request = started(Request([], arrived=[] if logs else [lambda statuses: arrived(statuses[0])]))
 
         def start() -> Any:
             result = method()

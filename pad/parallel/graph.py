@@ -28,9 +28,9 @@ sends to) must not change between calls, nor may a host buffer it sends hold val
 (read from the device, say): the replay sends what the buffer holds then. A step that cannot be replayed
 (tasks, an ``autodiff`` that returns derivatives of ``Active`` scalars or differentiates a checkpointed
 loop, a receive from any rank or with any tag, ``fwddiff`` of communication, communicators made or freed,
-a wait on mpi4py's own request) runs as it is on every call; ``Graph.why`` says why. Inside
-``autodiff``/``fwddiff``, or inside another graph's recording, a graph runs its step, whose operations the
-tape, or that record, then records.
+a wait for a request it did not start, a request it does not wait for) runs as it is on every call;
+``Graph.why`` says why. Inside ``autodiff``/``fwddiff``, or inside another graph's recording, a graph runs
+its step, whose operations the tape, or that record, then records.
 """
 
 from __future__ import annotations

@@ -153,8 +153,8 @@ def test_ranks_that_record_again_meet_ranks_that_replay(comm, everywhere):
 
 
 def test_a_step_it_cannot_replay_says_why_and_runs_every_time(comm, everywhere):
-    """A receive from any rank, fwddiff's tangents, a new communicator, a wait on mpi4py's own request: each
-    step runs on every call, and ``why`` says what."""
+    """A receive from any rank, fwddiff's tangents, a new communicator, a wait on mpi4py's own request, a
+    request never waited: each step runs on every call, and ``why`` says what."""
     r, p = comm.rank, comm.size
     x, y = np.arange(3.0) + r, np.zeros(3)
     left = np.arange(3.0) + (r - 1) % p
@@ -177,11 +177,16 @@ def test_a_step_it_cannot_replay_says_why_and_runs_every_time(comm, everywhere):
         comm.Send(x, (r + 1) % p, 8)
         pad.mpi.Request.Waitall([req])
 
+    def unwaited() -> None:
+        comm.Isend(x, (r + 1) % p, 10)  # complete once the receive matches it, but never waited
+        comm.Recv(y, (r - 1) % p, 10)
+
     cases = [
         (wildcard, "receives from any rank or with any tag (Irecv)", left),
         (tangents, "Allreduce in forward mode (fwddiff)", p * np.arange(3.0) + p * (p - 1) / 2),
         (splits, "makes or frees a communicator (Split)", np.zeros(3)),
-        (theirs, "waits for an mpi4py request that pad did not start", left),
+        (theirs, "waits for a request it did not start with pad.mpi", left),
+        (unwaited, "returns before waiting for a request it started", left),
     ]
     for step, why, want in cases:
         g = pad.graph(step)
