@@ -1,24 +1,30 @@
-"""The record ``pad.graph`` makes of a step: the device work of its pad operations, to redo without its Python.
+"""The record ``pad.graph`` makes of a step: the work of its pad operations, to redo without its Python.
 
-Each operation that changes arrays adds a function that redoes it (a launch, a copy, a fill) while a record
-is current; an operation whose effect a replay could not redo (one that reads the device on the host,
-communicates over several ranks, spawns tasks) refuses the record instead. Inside ``pad.autodiff`` the tape
-adds its own device work too (zero shadows, copies of kept values), so a differentiated step's record holds
-its forward launches, its adjoints and everything between them, and the arrays they use.
+Each operation that changes arrays or communicates adds a function that redoes it (a launch, a copy, a fill,
+an MPI call with its buffers, a wait for its requests) while a record is current; an operation whose effect a
+replay could not redo (one that reads the device on the host, receives from whichever rank sends, spawns
+tasks) refuses the record instead. Inside ``pad.autodiff`` the tape adds its own work too (zero shadows,
+copies of kept values, the adjoints of messages and collectives as the reverse pass runs them), so a
+differentiated step's record holds its forward launches, its adjoints and everything between them, and the
+arrays they use.
 
-On a GPU the record is captured once as a CUDA graph (CuPy's stream capture); memory allocated while it is
-captured (the adjoints' tapes) belongs to the record from then on, since the graph's kernels keep its
-addresses.
+On a GPU each run of consecutive CuPy entries (launches, device copies) is captured once as a CUDA graph
+(CuPy's stream capture) and replayed as one graph launch; the entries between them, host and MPI work, run
+in Python in their place, on the same stream. Memory allocated while a run is captured (the adjoints'
+tapes) belongs to the record from then on, since the graph's kernels keep its addresses.
 """
 
 from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["Recording", "quiet_span", "recording"]
+from pad import arrays
+
+__all__ = ["Recording", "done", "quiet_span", "recording"]
 
 _current: contextvars.ContextVar[Recording | None] = contextvars.ContextVar("pad_replay", default=None)
 _span: contextvars.ContextVar[object | None] = contextvars.ContextVar("pad_replay_span", default=None)
@@ -29,6 +35,18 @@ def recording() -> Recording | None:
     return _current.get()
 
 
+def done(work: Callable[..., None], *operands: Any) -> None:
+    """Add ``work(*operands)``, device work just done (a copy or a fill into ``operands[0]``), to the record a
+    ``pad.graph`` step is making, if any: a replay redoes it where the step's Python made it."""
+    record = _current.get()
+    if record is not None:
+        record.add(
+            functools.partial(work, *operands),
+            cupy=all(map(arrays.is_cupy, operands)),
+            quiet=operands[0].dtype.kind == "f",
+        )
+
+
 def quiet_span() -> object | None:
     """A token that stays the same while a replay runs quiet entries only (``Recording.add``), None outside
     replays: within one span no integer array changed but by the operations that report it themselves, so
@@ -37,23 +55,31 @@ def quiet_span() -> object | None:
 
 
 class Recording:
-    """The device work of one call of a step, each piece as a function that redoes it."""
+    """The work of one call of a step, each piece as a function that redoes it. ``alone``: the record is
+    replayed where this rank alone decides (a checkpointed loop's step), so an operation that communicates
+    with other ranks refuses it (the ranks running the step live would number their messages on)."""
 
-    def __init__(self) -> None:
+    def __init__(self, alone: bool = False) -> None:
+        self.alone = alone
         self.entries: list[Callable[[], Any]] = []
         self.quiet: list[bool] = []  # per entry, ``add``'s ``quiet``
+        self.device: list[bool] = []  # per entry, ``add``'s ``cupy``
         self.why: str | None = None  # why the step cannot be replayed, once something made it so
-        self.cupy = True  # every entry is CuPy device work, so the record can become a CUDA graph
-        self.cuda_graph: Any = None
         self.keep: list[Any] = []  # what the entries use that nothing else holds: arguments, captured memory
+        self.finish: list[Callable[[], None]] = []  # checks run when the step returns (``making``)
+        self._runs: list[Run] | None = None
+        self._covered = 0
 
     def add(self, entry: Callable[[], Any], *, cupy: bool, quiet: bool = False) -> None:
-        """Add an operation; ``cupy``: it only enqueues work on CuPy's current stream (a launch, a copy);
-        ``quiet``: it changes no integer array unless it reports so itself (a CPU launch tells the plans which
-        arrays it stored into; a copy or fill of floating-point arrays changes none), see ``quiet_span``."""
+        """Add an operation; ``cupy``: it only enqueues work on CuPy's current stream (a launch, a copy), so
+        a CUDA graph can capture it; ``quiet``: it changes no integer array unless it reports so itself (a CPU
+        launch tells the plans which arrays it stored into; a copy or fill of floating-point arrays changes
+        none), see ``quiet_span``. Inside ``covering`` nothing is added."""
+        if self._covered:
+            return
         self.entries.append(entry)
         self.quiet.append(quiet)
-        self.cupy = self.cupy and cupy
+        self.device.append(cupy)
 
     def refuse(self, why: str) -> None:
         """Mark the step as one that cannot be replayed (the first reason is kept)."""
@@ -61,31 +87,57 @@ class Recording:
             self.why = why
 
     @contextlib.contextmanager
+    def covering(self) -> Iterator[None]:
+        """Run the block adding nothing: the entry just added redoes all of it (an adjoint that communicates,
+        whose messages would otherwise add themselves too)."""
+        self._covered += 1
+        try:
+            yield
+        finally:
+            self._covered -= 1
+
+    @contextlib.contextmanager
     def making(self) -> Iterator[None]:
-        """Make pad's operations in the block add to this record."""
+        """Make pad's operations in the block add to this record; then run the ``finish`` checks."""
         token = _current.set(self)
         try:
             yield
+            for check in self.finish:
+                check()
         finally:
             _current.reset(token)
 
     def replay(self) -> None:
-        if self.cuda_graph is None and self.cupy and self.entries:
-            self.cuda_graph = self._capture()
-        if self.cuda_graph is not None:
-            self.cuda_graph.launch()
-            return
+        """Redo the entries in order: runs of CuPy entries as CUDA graphs, the others in Python."""
+        if self._runs is None:
+            self._runs = self._split()
         token = _span.set(object())
         try:
-            for entry, quiet in zip(self.entries, self.quiet, strict=True):
-                if not quiet:
-                    _span.set(object())
-                entry()
+            for run in self._runs:
+                if run.device:
+                    if run.graph is None:
+                        run.graph = self._capture(run.entries)
+                    run.graph.launch()
+                    continue
+                for entry, quiet in zip(run.entries, run.quiet, strict=True):
+                    if not quiet:
+                        _span.set(object())
+                    entry()
         finally:
             _span.reset(token)
 
-    def _capture(self) -> Any:
-        """The entries, captured from a stream of their own into a CUDA graph."""
+    def _split(self) -> list[Run]:
+        """The entries in runs of consecutive ones alike: CuPy work (captured) or not (run in Python)."""
+        runs: list[Run] = []
+        for entry, quiet, device in zip(self.entries, self.quiet, self.device, strict=True):
+            if not runs or runs[-1].device != device:
+                runs.append(Run(device))
+            runs[-1].entries.append(entry)
+            runs[-1].quiet.append(quiet)
+        return runs
+
+    def _capture(self, entries: list[Callable[[], Any]]) -> Any:
+        """The entries, captured from a stream of their own into a CUDA graph, to launch on the current one."""
         import cupy
 
         pool = cupy.get_default_memory_pool()
@@ -99,7 +151,7 @@ class Recording:
         with stream, cupy.cuda.using_allocator(allocate):
             stream.begin_capture()
             try:
-                for entry in self.entries:
+                for entry in entries:
                     entry()
             except Exception as e:
                 stream.end_capture()
@@ -107,3 +159,15 @@ class Recording:
                     f"pad.graph: capturing the step's launches as a CUDA graph failed ({type(e).__name__}: {e})"
                 ) from e
             return stream.end_capture()
+
+
+class Run:
+    """Consecutive entries of a record alike: CuPy work (``device``: one CUDA graph, once captured) or not."""
+
+    __slots__ = ("device", "entries", "graph", "quiet")
+
+    def __init__(self, device: bool) -> None:
+        self.device = device
+        self.entries: list[Callable[[], Any]] = []
+        self.quiet: list[bool] = []
+        self.graph: Any = None

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import ast
 import contextlib
-import functools
 import hashlib
 import inspect
 import linecache
@@ -147,7 +146,7 @@ class Kept:
         if self.copied and self.users <= 0:
             return self.array
         scratch = arrays.copy(self.array)
-        _redo(arrays.assign, scratch, self.array)
+        replay.done(arrays.assign, scratch, self.array)
         return scratch
 
     def release(self) -> None:
@@ -165,18 +164,6 @@ def _may_own(a: int | None, b: int | None) -> bool:
 
 def _is_float_array(a: Any) -> bool:
     return hasattr(a, "dtype") and hasattr(a, "shape") and a.dtype.kind == "f"
-
-
-def _redo(work: Callable[..., None], *operands: Any) -> None:
-    """Add ``work(*operands)``, device work the tape just did (a copy or a fill into ``operands[0]``), to the
-    record a ``pad.graph`` step is making, if any: a replay redoes it where the step's Python made it."""
-    record = replay.recording()
-    if record is not None:
-        record.add(
-            functools.partial(work, *operands),
-            cupy=all(map(arrays.is_cupy, operands)),
-            quiet=operands[0].dtype.kind == "f",
-        )
 
 
 # ---------------------------------------------------------------------------------------------- contexts
@@ -296,12 +283,12 @@ class Context:
     def _zero_shadow(self, x: Any) -> Any:
         self.zeroed += 1
         dx = self._owned_like(x, arrays.zeros_like, lambda a: arrays.fill(a, 0))
-        _redo(arrays.zero, dx)
+        replay.done(arrays.zero, dx)
         return dx
 
     def _copy(self, x: Any) -> Any:
         copy = self._owned_like(x, arrays.copy, lambda a: arrays.copyto(a, x))
-        _redo(arrays.assign, copy, x)
+        replay.done(arrays.assign, copy, x)
         return copy
 
     def _owned_like(self, x: Any, make: Callable[[Any], Any], refill: Callable[[np.ndarray], None]) -> Any:

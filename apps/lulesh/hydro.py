@@ -181,7 +181,8 @@ class Hydro:
         links = [(r, put(send), recv, st, rt) for r, send, recv, st, rt in mesh.face_links]
         self.ghost_halo = pad.mpi.Halo(comm, links)
         # The cycles after the first, each a time increment and a leap-frog step, recorded once and
-        # replayed (on a GPU as CUDA graphs): a cycle's Python would take longer than a small mesh's kernels.
+        # replayed (on a GPU as CUDA graphs), their Allreduce and halo exchanges too on several ranks: a
+        # cycle's Python would take longer than a small mesh's kernels.
         self.later_increment = pad.graph(lambda s: self.time_increment(s, first=False))
         self.replayed_leapfrog = pad.graph(self.leapfrog)
 

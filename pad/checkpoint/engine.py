@@ -289,7 +289,7 @@ class Loop:
             return
         ctx, store = self.ctx, self.store
         zeroed, joined, live = ctx.zeroed, store.joined, ctx.live_kept()
-        work, written = Recording(), dict[int, tuple]()
+        work, written = Recording(alone=True), dict[int, tuple]()
 
         def note(targets: list[Any], _: Any) -> None:
             for a in targets:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import inspect
 import os
 import weakref
 import zlib
@@ -44,27 +45,34 @@ class MismatchError(ValueError):
 class Adjoint:
     """A tape record whose reverse runs a closure: an op's adjoint, written beside its forward (timed as the
     ``reverse`` phase of ``pad.mpi.stats()``). ``comm``: the mpi4py communicator the adjoint communicates
-    on (``tape.Record``'s), None for an adjoint that stays on its rank."""
+    on (``tape.Record``'s), None for an adjoint that stays on its rank; ``device``: the closure only enqueues
+    CuPy work (a copy's adjoint), which a CUDA graph can capture.
 
-    __slots__ = ("comm", "run")
+    In a step ``pad.graph`` records, the reverse pass adds the closure to the record as it runs it, and a
+    replay runs it again in its place: the same messages to the same ranks with the same tags, into
+    buffers the record holds."""
 
-    def __init__(self, run: Callable[[], None], comm: Any = None) -> None:
-        self.run, self.comm = run, comm
+    __slots__ = ("comm", "device", "run")
+    replayable = True
+
+    def __init__(self, run: Callable[[], None], comm: Any = None, device: bool = False) -> None:
+        self.run, self.comm, self.device = run, comm, device
 
     def reverse(self) -> None:
+        record = replay.recording()
+        if record is None:
+            self._timed()
+            return
+        record.add(self._timed, cupy=self.device, quiet=True)  # adjoints write shadows and scratch only
+        with record.covering():
+            self._timed()
+
+    def _timed(self) -> None:
         began = _wire.start()
         try:
             self.run()
         finally:
             _wire.stop("reverse", began)
-
-
-class DeviceAdjoint(Adjoint):
-    """An ``Adjoint`` whose closure does device work only, adding it to the record a ``pad.graph`` step is
-    making as it runs, so that the step can be replayed (a collective of one rank: a copy's adjoint)."""
-
-    __slots__ = ()
-    replayable = True
 
 
 # ---------------------------------------------------------------------------------------------- Comm
@@ -151,25 +159,23 @@ def register(name: str, *, passthrough: bool = True) -> Callable[[Callable[..., 
                 if ctx is None:
                     _wire.plain_call()
                 if self._size == 1 and name in ONE_RANK and device:
-                    _recorded(self, name, method, args, kwargs, cupy=True)
+                    # a device copy, which adds itself to the record a pad.graph step is making
                     return ONE_RANK[name](ctx, *args, **kwargs)
-                _recorded(self, name, method, args, kwargs, cupy=False)
+                _refused(self, name, ctx, args, kwargs)
                 if device and hands_over(self, ctx, name):
+                    if ctx is None:
+                        return plain(self, name, args, kwargs)
                     for a in (*args, *kwargs.values()):
                         arrays.synchronize(a)
-                    return (
-                        getattr(self.mpi, name)(*args, **kwargs)
-                        if ctx is None
-                        else impl(self, ctx, *args, **kwargs)
-                    )
+                    return impl(self, ctx, *args, **kwargs)
                 if ctx is None and not device:
-                    return getattr(self.mpi, name)(*args, **kwargs)
+                    return plain(self, name, args, kwargs)
                 return _staged(self, ctx, name, impl, args, kwargs)
 
         else:
 
             def method(self: Comm, *args: Any, **kwargs: Any) -> Any:
-                _recorded(self, name, method, args, kwargs, cupy=False)
+                _refused(self, name, tape.current(), args, kwargs)
                 ctx = tape.current()
                 began = _wire.start()
                 try:
@@ -187,17 +193,31 @@ def register(name: str, *, passthrough: bool = True) -> Callable[[Callable[..., 
 
 # ---------------------------------------------------------------------------------------------- Request
 class Request:
-    """A pending ``Isend``/``Irecv`` made inside autodiff/fwddiff (outside them pad returns mpi4py's own).
+    """A pending ``Isend``/``Irecv`` made inside autodiff/fwddiff, or in a step ``pad.graph`` records
+    (elsewhere pad returns mpi4py's own).
 
-    ``Wait`` completes the transfer, then runs the op's completion steps (in fwddiff: unpack the tangent;
-    in autodiff: record the Wait, whose adjoint starts the adjoint transfer).
+    ``Wait`` completes the transfer, then accounts for what arrived (``arrived``: steps a replay's wait
+    runs too) and runs the op's completion steps (in fwddiff: unpack the tangent; in autodiff: record the
+    Wait, whose adjoint starts the adjoint transfer). A replay starts the transfer again into the same
+    request (``restart``), so that the step's recorded wait waits for it.
     """
 
-    __slots__ = ("__weakref__", "_done", "_reqs", "_then")
+    __slots__ = ("__weakref__", "_arrived", "_done", "_reqs", "_then")
 
-    def __init__(self, reqs: list[Any], then: list[Callable[[list[Any]], None]] | None = None) -> None:
+    def __init__(
+        self,
+        reqs: list[Any],
+        then: list[Callable[[list[Any]], None]] | None = None,
+        arrived: list[Callable[[list[Any]], None]] | None = None,
+    ) -> None:
         self._reqs = reqs
         self._then = then or []
+        self._arrived = arrived or []
+        self._done = False
+
+    def restart(self, start: Callable[[], Any]) -> None:
+        """Make the transfer anew: ``start()`` returns mpi4py's request."""
+        self._reqs = [start()]
         self._done = False
 
     def Wait(self, status: Any = None) -> None:
@@ -209,13 +229,19 @@ class Request:
         """Wait for every request (pad's or mpi4py's) in one MPI Waitall, then run pad's completion
         steps in the order of ``requests``."""
         began = _wire.start()
+        phase = current_phase(tape.current())
         try:
-            Request._waitall(requests, statuses)
+            record = replay.recording()
+            if record is not None:
+                _record_wait(record, phase, requests, statuses)
+            Request._waitall(requests, statuses, True)
         finally:
-            _wire.stop(current_phase(tape.current()), began)
+            _wire.stop(phase, began)
 
     @staticmethod
-    def _waitall(requests: list[Any], statuses: list[Any] | None) -> None:
+    def _waitall(requests: list[Any], statuses: list[Any] | None, live: bool) -> None:
+        """The wait; ``live``: the step's own, which runs the completion steps (a replay's runs ``arrived``
+        only: the rest was recorded as the step ran, or belongs to the tape)."""
         inner: list[Any] = []
         sts: list[Any] = []
         for i, r in enumerate(requests):
@@ -229,10 +255,179 @@ class Request:
             if isinstance(r, Request) and not r._done:
                 mine, at = sts[at : at + len(r._reqs)], at + len(r._reqs)
                 r._done = True
-                for step in r._then:
+                for step in (*r._arrived, *r._then) if live else r._arrived:
                     step(mine)
             elif isinstance(r, MPI.Request):
                 at += 1
+
+
+def _record_wait(
+    record: replay.Recording, phase: str, requests: list[Any], statuses: list[Any] | None
+) -> None:
+    """Add a wait to the record a ``pad.graph`` step is making: a replay waits for the same requests, which
+    its entries started again; one the step did not start (before it, or mpi4py's own) it could not."""
+    mine = _started.get(record, {})
+    if any(mine.get(id(r)) is not r for r in requests):
+        record.refuse("it waits for a request it did not start with pad.mpi, which a replay could not start")
+        return
+    wait = functools.partial(Request._waitall, list(requests), statuses, False)
+    record.add(functools.partial(_timed, phase, wait), cupy=False, quiet=True)
+
+
+_started: weakref.WeakKeyDictionary[replay.Recording, dict[int, Request]] = weakref.WeakKeyDictionary()
+"""The requests each record's step started, by id."""
+
+
+def started(request: Request) -> Request:
+    """``request``, started in the step whose record is being made, if any: its waits may be recorded, and
+    the record is refused if the step returns without waiting for it (a replay would start it again)."""
+    record = replay.recording()
+    if record is not None:
+        mine = _started.get(record)
+        if mine is None:
+            mine = _started[record] = {}
+
+            def all_waited() -> None:
+                if any(not r._done for r in mine.values()):
+                    record.refuse("it returns before waiting for a request it started")
+
+            record.finish.append(all_waited)
+        mine[id(request)] = request
+    return request
+
+
+def plain(comm: Comm, name: str, args: tuple, kwargs: dict) -> Any:
+    """mpi4py's own call ``name`` on the user's communicator; in a step ``pad.graph`` records, added to the
+    record (a non-blocking call's request then a pad ``Request``, which its replays start again; a receive's
+    size checked at every replay, ``same_size``)."""
+    if replay.recording() is None:
+        return getattr(comm.mpi, name)(*args, **kwargs)
+    given = list(_arguments(name, comm, None, args, kwargs).values())  # mpi4py's order, defaults filled in
+    method = functools.partial(getattr(comm.mpi, name), *given)
+    _, receives, at = MESSAGES.get(name, (None, None, None))
+    check = same_size(name) if receives is not None else None
+    if name not in NONBLOCKING:
+        if check is None or at is None:
+            return redone("plain", method, given, plain=True)
+        if given[at] is None:
+            given[at] = MPI.Status()
+            method = functools.partial(getattr(comm.mpi, name), *given)
+
+        def received() -> None:
+            method()
+            check(given[at])
+
+        return redone("plain", received, given, plain=True)
+    request = started(Request([], arrived=[] if check is None else [lambda statuses: check(statuses[0])]))
+    redone("plain", functools.partial(request.restart, method), given, plain=True)
+    return request
+
+
+def same_size(call: str) -> Callable[[Any], None]:
+    """A check of the receive ``call`` of a step ``pad.graph`` records, given its status at every arrival:
+    that a replay's message has the size the record's had (its sender decides it as it runs, which a
+    replay does not redo)."""
+    count: list[int] = []
+
+    def check(status: Any) -> None:
+        nbytes = status.Get_count(MPI.BYTE)
+        if not count:
+            count.append(nbytes)
+        elif nbytes != count[0]:
+            raise RuntimeError(
+                f"pad.graph: a replayed {call} from rank {status.Get_source()} received {nbytes} bytes where its "
+                f"record received {count[0]}: the message's size is decided as the step runs, so the step "
+                "cannot be replayed (call it outside pad.graph)"
+            )
+
+    return check
+
+
+NONBLOCKING = frozenset(("Isend", "Irecv"))
+"""The ops that return a request."""
+
+
+def redone(phase: str, work: Callable[[], Any], buffers: Any = (), *, plain: bool = False) -> Any:
+    """``work()``, an op's host or MPI work on ``buffers``; in a step ``pad.graph`` records, added to the
+    record first. A replay then waits for the device work queued on the device buffers among ``buffers``
+    (MPI reads them outside the stream), does ``work`` timed in ``phase`` of ``pad.mpi.stats()`` (counted
+    as a call there: ``plain``), and leaves the record's quiet span unless ``buffers`` are all floating
+    point (``replay.quiet_span``)."""
+    record = replay.recording()
+    if record is not None:
+        held = [a for a in buffers if hasattr(a, "dtype") and hasattr(a, "shape")]
+        device = [a for a in held if arrays.is_device(a)]
+        record.add(
+            functools.partial(_replayed, phase, work, device, plain),
+            cupy=False,
+            quiet=all(a.dtype.kind == "f" for a in held),
+        )
+    return work()
+
+
+def _replayed(phase: str, work: Callable[[], Any], device: list[Any], plain: bool) -> None:
+    """A replay of ``redone``'s ``work``."""
+    began = _wire.start()
+    try:
+        if plain:
+            _wire.plain_call()
+        for a in device:
+            arrays.synchronize(a)
+        work()
+    finally:
+        _wire.stop(phase, began)
+
+
+def _timed(phase: str, work: Callable[[], Any]) -> None:
+    began = _wire.start()
+    try:
+        work()
+    finally:
+        _wire.stop(phase, began)
+
+
+_SIGNATURES: dict[str, inspect.Signature] = {}
+
+
+def _refused(comm: Comm, name: str, ctx: tape.Context | None, args: tuple, kwargs: dict) -> None:
+    """Refuse the record a ``pad.graph`` step is making if a replay could not redo op ``name`` as it runs now:
+    communicators made or freed, receives from any rank or of any tag (which message arrives decides what
+    the step does), tangents of fwddiff."""
+    record = replay.recording()
+    if record is None:
+        return
+    if name in ("Split", "Dup", "Free"):
+        record.refuse(f"it makes or frees a communicator ({name}), which a replay could not")
+        return
+    if record.alone and comm._size > 1:
+        record.refuse(
+            f"it communicates ({name} on {comm._size} ranks) in a step each rank decides alone to replay or not"
+        )
+        return
+    if ctx is not None and not ctx.reverse_mode:
+        record.refuse(
+            f"it differentiates {name} in forward mode (fwddiff), whose tangents a replay does not send"
+        )
+        return
+    if name in ("Recv", "Irecv", "Sendrecv"):
+        given = _arguments(name, comm, ctx, args, kwargs)
+        source, tag = given["source"], given["recvtag" if name == "Sendrecv" else "tag"]
+        if source == ANY_SOURCE or tag == ANY_TAG:
+            record.refuse(
+                f"it receives from any rank or with any tag ({name}): which message arrives is decided as the "
+                "step runs, and a replay would not decide again"
+            )
+
+
+def _arguments(name: str, comm: Comm, ctx: tape.Context | None, args: tuple, kwargs: dict) -> dict[str, Any]:
+    """The arguments of a call of op ``name`` by name, in mpi4py's order (its implementation's, after ``comm``
+    and ``ctx``), defaults filled in."""
+    signature = _SIGNATURES.get(name)
+    if signature is None:
+        signature = _SIGNATURES[name] = inspect.signature(OPS[name])
+    bound = signature.bind(comm, ctx, *args, **kwargs)
+    bound.apply_defaults()
+    return dict(list(bound.arguments.items())[2:])
 
 
 # ---------------------------------------------------------------------------------------------- state
@@ -387,9 +582,14 @@ def agree(comm: Comm, *signature: Any) -> None:
     """Collective check that every rank calls the same op with matching buffers, root and reduction op.
 
     One small Allreduce on the private communicator; on a mismatch every rank raises
-    :class:`MismatchError` listing each rank's call, so no rank is left waiting.
+    :class:`MismatchError` listing each rank's call, so no rank is left waiting. A replay of a step
+    ``pad.graph`` recorded checks again: the ranks that replay make the same calls as those that run it.
     """
-    h = zlib.crc32(repr(signature).encode())
+    check = functools.partial(_agree, comm, zlib.crc32(repr(signature).encode()), signature)
+    redone(current_phase(tape.current()), check)
+
+
+def _agree(comm: Comm, h: int, signature: tuple) -> None:
     buf = comm._check
     buf[0], buf[1] = h, -h
     comm.private.Allreduce(IN_PLACE, buf, MAX)
@@ -490,16 +690,21 @@ class Wire:
         method = getattr(self.mpi, call)
 
         def logged(*args: Any) -> None:
-            method(*args)
-            root = None if at is None else args[at]
-            where = self.where if self.where is not None else "" if root is None else f"root {root}"
-            nbytes = receives(self.mpi.Get_rank(), self.mpi.Get_size(), root, *args)
-            _wire.note(self.comm.rank, self.stage, call, where, None, nbytes, self.op, self.adj)
+            def transfer() -> None:
+                method(*args)
+                root = None if at is None else args[at]
+                where = self.where if self.where is not None else "" if root is None else f"root {root}"
+                nbytes = receives(self.mpi.Get_rank(), self.mpi.Get_size(), root, *args)
+                _wire.note(self.comm.rank, self.stage, call, where, None, nbytes, self.op, self.adj)
+
+            redone(self.stage, transfer, args)
 
         return logged
 
     def _message(self, call: str, *given: Any) -> Any:
-        """Make point-to-point ``call`` with mpi4py's arguments ``given``, and log it (see the class)."""
+        """Make point-to-point ``call`` with mpi4py's arguments ``given``, and log it (see the class); in a
+        step ``pad.graph`` records, add it to the record (a non-blocking call returns a ``Request`` whose
+        replays start the transfer again)."""
         sends, receives, at = MESSAGES[call]
         args = list(given) + [None] * (0 if at is None else at + 1 - len(given))
         if at is not None and args[at] is None:
@@ -516,20 +721,43 @@ class Wire:
                 dy = shadow(self.carry, y)
                 sent[receives[0]] = joined(y, dy, True)
                 into = (sent[receives[0]], y, dy)
-        result = getattr(self.mpi, call)(*sent)
+        method = functools.partial(getattr(self.mpi, call), *sent)
+        buffers = [args[where[0]] for where in (sends, receives) if where is not None]
+        check = same_size(call)
 
         def arrived(status: Any) -> None:
             if into is not None:
                 split(*into, status)
+            check(status)
             self._log(call, args, status)
 
-        if receives is None or ours:
+        if call not in NONBLOCKING:
+            status = None if at is None else args[at]
+
+            def transfer() -> None:
+                method()
+                if receives is None or ours or status is None:
+                    self._log(call, args, None)
+                else:
+                    arrived(status)
+
+            redone(self.stage, transfer, buffers)
+            return None
+        if ours:  # the reverse pass's (recorded whole, as its adjoint): mpi4py's request
+            result = method()
             self._log(call, args, None)
-        elif at is not None:
-            arrived(args[at])
-        else:
-            return Request([result], [lambda statuses: arrived(statuses[0])])
-        return result
+            return result
+        logs = receives is None
+        request = started(Request([], arrived=[] if logs else [lambda statuses: arrived(statuses[0])]))
+
+        def start() -> Any:
+            result = method()
+            if logs:
+                self._log(call, args, None)
+            return result
+
+        redone(self.stage, functools.partial(request.restart, start), buffers)
+        return request
 
     def _log(self, call: str, args: list[Any], status: Any) -> None:
         """Account for a point-to-point call, from its status where given (what arrived), else from its
@@ -552,20 +780,6 @@ def messages(comm: Comm, ctx: tape.Context, op: str, adj: str) -> Wire:
     return Wire(comm, comm.mpi, phase(ctx), op, adj, carry=None if ctx.reverse_mode else ctx)
 
 
-def _recorded(comm: Comm, name: str, method: Any, args: tuple, kwargs: dict, cupy: bool) -> None:
-    """Add the op to the record a ``pad.graph`` step is making: replayable alone on one rank, where it is a
-    device copy or nothing (inside ``autodiff`` too: its adjoint adds itself to the record as it runs)."""
-    record = replay.recording()
-    if record is None:
-        return
-    if comm._size > 1 or name not in ONE_RANK:
-        record.refuse(f"it communicates ({name} on a communicator of {comm._size} ranks)")
-    elif tape.current() is not None and not cupy:
-        record.refuse(f"it differentiates a collective ({name}) of host buffers, which MPI runs")
-    else:
-        record.add(functools.partial(ONE_RANK[name], None, *args, **kwargs), cupy=cupy)
-
-
 def _copy(ctx: tape.Context | None, sendbuf: Any, recvbuf: Any, *_: Any, **__: Any) -> None:
     """A collective of one rank whose result is its input (Allreduce, Allgather, ...): a device copy,
     differentiated as one (the reduction of one value is that value, whatever the op)."""
@@ -576,6 +790,7 @@ def _copy(ctx: tape.Context | None, sendbuf: Any, recvbuf: Any, *_: Any, **__: A
         state(ctx)
         ctx.will_write([dst])
     arrays.assign(dst, sendbuf)
+    replay.done(arrays.assign, dst, sendbuf)
     if ctx is not None and sendbuf.dtype.kind == "f":
         _link_copy(ctx, src=sendbuf, dst=dst)
 
@@ -669,8 +884,8 @@ def _staged(
     def host(a: Any) -> Any:
         if not arrays.is_device(a):
             return a
-        h = arrays.to_host(a)
-        _copied(ctx, a, h)
+        h = np.empty(a.shape, a.dtype)
+        _cross(ctx, a, h)
         copies.append((a, h))
         return h
 
@@ -680,7 +895,7 @@ def _staged(
 
     hargs = tuple(host(a) for a in args)
     hkwargs = {k: host(v) for k, v in kwargs.items()}
-    result = getattr(comm.mpi, name)(*hargs, **hkwargs) if ctx is None else impl(comm, ctx, *hargs, **hkwargs)
+    result = plain(comm, name, hargs, hkwargs) if ctx is None else impl(comm, ctx, *hargs, **hkwargs)
     if isinstance(result, MPI.Request):
         return Request([result], [back])
     if isinstance(result, Request):
@@ -702,16 +917,21 @@ def copy_staged(ctx: tape.Context | None, src: Any, dst: Any) -> None:
     contiguous), counted in ``pad.mpi.stats()`` and differentiated."""
     if ctx is not None:
         ctx.will_write([dst])
-    arrays.assign(dst, src)
-    _copied(ctx, src, dst)
+    _cross(ctx, src, dst)
 
 
-def _copied(ctx: tape.Context | None, src: Any, dst: Any) -> None:
-    """Account for the copy ``dst[...] = src`` just made between device and host memory, and differentiate
-    it."""
-    _wire.staged(current_phase(ctx), dst.nbytes)
+def _cross(ctx: tape.Context | None, src: Any, dst: Any) -> None:
+    """Copy ``src`` into ``dst``, one in device and one in host memory: accounted for as staged, added to the
+    record a ``pad.graph`` step is making, and differentiated."""
+    phase = current_phase(ctx)
+    redone(phase, functools.partial(_staged_copy, phase, src, dst), (dst,))
     if ctx is not None and dst.dtype.kind == "f":
         _link_copy(ctx, src=src, dst=dst)
+
+
+def _staged_copy(phase: str, src: Any, dst: Any) -> None:
+    arrays.assign(dst, src)
+    _wire.staged(phase, dst.nbytes)
 
 
 def _link_copy(ctx: tape.Context, src: Any, dst: Any) -> None:
@@ -724,6 +944,7 @@ def _link_copy(ctx: tape.Context, src: Any, dst: Any) -> None:
 
     if not ctx.reverse_mode:
         arrays.assign(ddst, dsrc)
+        replay.done(arrays.assign, ddst, dsrc)
         if crosses:
             _wire.staged("tangent", ddst.nbytes)
         return
@@ -736,14 +957,7 @@ def _link_copy(ctx: tape.Context, src: Any, dst: Any) -> None:
 
         ctx.record(Adjoint(staged))
         return
-
-    def reverse() -> None:
-        _add_and_zero(dsrc, ddst)
-        record = replay.recording()
-        if record is not None:
-            record.add(functools.partial(_add_and_zero, dsrc, ddst), cupy=arrays.is_cupy(ddst))
-
-    ctx.record(DeviceAdjoint(reverse))
+    ctx.record(Adjoint(functools.partial(_add_and_zero, dsrc, ddst), device=arrays.is_cupy(ddst)))
 
 
 def _add_and_zero(dsrc: Any, ddst: Any) -> None:

@@ -23,13 +23,23 @@ shadow is read back) or copies (adjoint: read back, then zeroed).
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from pad import arrays, tape
+from pad import arrays, replay, tape
 from pad.mpi import _wire
-from pad.mpi._core import Adjoint, Comm, Request, copy_staged, current_phase, float_shadow, hands_over
+from pad.mpi._core import (
+    Adjoint,
+    Comm,
+    Request,
+    copy_staged,
+    current_phase,
+    float_shadow,
+    hands_over,
+    redone,
+)
 
 Region = Any  # a tuple of slices, or an integer index array into a flat axis
 
@@ -195,11 +205,15 @@ def _views(buf: Any, shapes: list[tuple[int, ...]]) -> list[Any]:
 def _pack(ctx: tape.Context | None, a: Any, regions: list[tuple]) -> tuple[Any, list[tuple[int, ...]]]:
     """``a``'s regions gathered into one new buffer (``_buffer``), and their shapes. Tangent: the same
     gather; adjoint: add back, zero."""
-    parts = [a[region] for region in regions]
-    shapes = [part.shape for part in parts]
+    shapes = [a[region].shape for region in regions]
     out = _buffer(ctx, a, shapes)
-    for part, view in zip(parts, _views(out, shapes), strict=True):
-        view[...] = part
+    views = _views(out, shapes)
+
+    def gather() -> None:
+        for region, view in zip(regions, views, strict=True):
+            view[...] = a[region]
+
+    _redone(ctx, gather, a)
     da = None if ctx is None else ctx.shadow(a)
     if ctx is None or da is None:
         return out, shapes
@@ -215,7 +229,7 @@ def _pack(ctx: tape.Context | None, a: Any, regions: list[tuple]) -> tuple[Any, 
             da[region] += dview
         arrays.zero(dout)
 
-    ctx.record(Adjoint(reverse))
+    ctx.record(Adjoint(reverse, device=arrays.is_cupy(a)))
     return out, shapes
 
 
@@ -226,11 +240,16 @@ def _unpack(
     Adjoint, in reverse order: each part's shadow reads its region's (which a copy then zeroes)."""
     if ctx is not None:
         ctx.will_write([a])
-    for region, part in zip(regions, _views(buf, shapes), strict=True):
-        if add:
-            a[region] += part
-        else:
-            a[region] = part
+    parts = list(zip(regions, _views(buf, shapes), strict=True))
+
+    def scatter() -> None:
+        for region, part in parts:
+            if add:
+                a[region] += part
+            else:
+                a[region] = part
+
+    _redone(ctx, scatter, a)
     da = None if ctx is None else ctx.shadow(a)
     if ctx is None or da is None:
         return
@@ -249,4 +268,15 @@ def _unpack(
             if not add:
                 da[region] = 0
 
-    ctx.record(Adjoint(reverse))
+    ctx.record(Adjoint(reverse, device=arrays.is_cupy(a)))
+
+
+def _redone(ctx: tape.Context | None, work: Callable[[], None], a: Any) -> None:
+    """``work()``, packing or unpacking ``a``, added to the record a ``pad.graph`` step is making: CuPy work
+    that a CUDA graph captures where ``a`` is CuPy's, else host work timed with the exchange's messages."""
+    record = replay.recording()
+    if record is not None and arrays.is_cupy(a):
+        record.add(work, cupy=True, quiet=True)
+        work()
+        return
+    redone(current_phase(ctx), work, (a,))

@@ -8,6 +8,7 @@ A request still pending when the differentiated function returns is an error on 
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,7 @@ from pad.mpi._core import (
     messages,
     outgoing,
     pair_tag,
+    redone,
     register,
     shadow,
     state,
@@ -58,7 +60,7 @@ def isend(comm: Comm, ctx: tape.Context, buf: Any, dest: int, tag: int = 0) -> R
     req = messages(comm, ctx, "Isend", "Irecv").Isend(x, dest, tag)
     what = f"Isend -> {dest} tag {tag}"
     if not ctx.reverse_mode:
-        return _track(ctx, Request([req]), what)
+        return _track(ctx, req, what)
     dx = shadow(ctx, x)
     ptag = pair_tag(ctx, comm, "send", dest, tag)
     got: Any = None
@@ -76,7 +78,8 @@ def isend(comm: Comm, ctx: tape.Context, buf: Any, dest: int, tag: int = 0) -> R
             arrays.add(dx, got)
 
     ctx.record(Adjoint(isend_reverse, comm.private))
-    return _track(ctx, Request([req], [lambda _: ctx.record(Adjoint(wait_reverse, comm.private))]), what)
+    req._then.append(lambda _: ctx.record(Adjoint(wait_reverse, comm.private)))
+    return _track(ctx, req, what)
 
 
 @register("Irecv")
@@ -125,10 +128,16 @@ def irecv(comm: Comm, ctx: tape.Context, buf: Any, source: int = ANY_SOURCE, tag
 
 @tape.on_forward_end
 def _all_waited(ctx: tape.Context) -> None:
-    """Fail on every rank if any rank left a request started inside the function unwaited."""
-    if not used(ctx):
-        return
-    mine = list(state(ctx).pending.values())
+    """Fail on every rank if any rank left a request started inside the function unwaited (a replay of a
+    step ``pad.graph`` recorded checks too, with the ranks that run it)."""
+    if used(ctx):
+        redone(
+            "forward" if ctx.reverse_mode else "tangent",
+            partial(_none_pending, list(state(ctx).pending.values())),
+        )
+
+
+def _none_pending(mine: list[str]) -> None:
     flag = np.array([len(mine)], np.int64)
     COMM_WORLD.private.Allreduce(IN_PLACE, flag, MAX)
     if flag[0]:

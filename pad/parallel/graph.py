@@ -3,25 +3,34 @@
 A time loop calls the same step with the same arrays thousands of times; each call spends tens of
 microseconds of Python per launch, which on a GPU is more than a small kernel takes. ``pad.graph(step)``
 runs ``step`` normally on its first call for given arguments and records the pad operations it makes
-(launches, and collectives of single-rank communicators, which are copies); later calls with the same
-arguments replay the record (``pad.replay``). On a GPU the record is captured once as a CUDA graph (CuPy's
-stream capture) and each replay is one graph launch, so the host's cost of a step no longer grows with its
-launches.
+(launches, copies, and ``pad.mpi``'s messages, collectives and halo exchanges with the buffers they use);
+later calls with the same arguments replay the record (``pad.replay``). On a GPU each run of device work
+between two host or MPI operations is captured once as a CUDA graph (CuPy's stream capture) and replayed as
+one graph launch, so the host's cost of a step no longer grows with its launches.
 
 A step may differentiate: an ``autodiff`` (or ``fwddiff``) inside it is recorded whole, its forward
-launches, the tape's copies and zeroed shadows, and its adjoint launches, so that a replay computes the same
-gradient without the tape's Python. The record holds the memory this needs (shadows of intermediates, kept
-values, the adjoints' tapes) as long as it is kept.
+launches, the tape's copies and zeroed shadows, and its adjoint launches and adjoint messages, so that a
+replay computes the same gradient without the tape's Python. The record holds the memory this needs
+(shadows of intermediates, kept values, the adjoints' tapes, message buffers) as long as it is kept.
+
+Over several ranks a replay makes the messages and collectives of a live call, with the same tags, in the
+same order, accounted for alike in ``pad.mpi.stats()``, consistency checks included: a rank that records a
+step anew (its arguments changed) meets ranks that replay theirs. Steps must be called alike on every rank
+of their communicators, as any SPMD code is.
 
 Arguments are compared by identity for arrays (and their shape, strides and dtype) and by value for
 scalars; tuples, lists, dicts and dataclasses of them are looked into, and ``Dup``/``Const``/``Active``
 by what they hold. A call whose arguments differ from every record's is recorded anew (a few records are
 kept). What a replay skips is everything in the step that is not a pad operation: Python side effects,
 NumPy or CuPy work, reads of array values. As with a jitted function, the step must depend on nothing but
-its arguments. A step that cannot be replayed (communication over several ranks, tasks, an ``autodiff``
-that returns derivatives of ``Active`` scalars or differentiates communication or a checkpointed loop)
-runs as it is on every call; ``Graph.why`` says why. Inside ``autodiff``/``fwddiff``, or inside another
-graph's recording, a graph runs its step, whose operations the tape, or that record, then records.
+its arguments: what it reaches through its closure (communicators, halos, scratch arrays, the ranks it
+sends to) must not change between calls, nor may a host buffer it sends hold values its Python computed
+(read from the device, say): the replay sends what the buffer holds then. A step that cannot be replayed
+(tasks, an ``autodiff`` that returns derivatives of ``Active`` scalars or differentiates a checkpointed
+loop, a receive from any rank or with any tag, ``fwddiff`` of communication, communicators made or freed,
+a wait for a request it did not start, a request it does not wait for) runs as it is on every call;
+``Graph.why`` says why. Inside ``autodiff``/``fwddiff``, or inside another graph's recording, a graph runs
+its step, whose operations the tape, or that record, then records.
 """
 
 from __future__ import annotations

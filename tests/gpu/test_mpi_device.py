@@ -71,3 +71,27 @@ def test_a_halo_exchange_of_a_device_array_crosses_to_the_host_once_each_way(awa
         tangent = rank["fwddiff"]["tangent"]
         assert tangent["calls"] == messages and tangent["bytes"] == nbytes, tangent
         assert (tangent["staged_copies"], tangent["staged_bytes"]) == (4, 4 * nbytes), tangent
+
+
+@pytest.mark.skipif(not os.path.exists(MPIEXEC), reason="no mpiexec beside the interpreter")
+@pytest.mark.parametrize(("aware", "how"), [("0", "staged"), ("1", "direct")])
+def test_replayed_multi_rank_steps_of_device_arrays_equal_live_ones(aware, how):
+    """3 ranks: a step of halo exchanges, messages and Allreduces of device arrays, and a step of its
+    gradient, each replayed by pad.graph (recorded once) equal the live calls, arrays, messages and
+    counts (mpi_device_graph.py compares them), staged through host memory or handed to MPI."""
+    env = dict(
+        os.environ, PAD_MPI_CUDA_AWARE=aware, PYTHONPATH=REPO, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1"
+    )
+    script = os.path.join(REPO, "tests", "gpu", "mpi_device_graph.py")
+    done = subprocess.run(
+        [MPIEXEC, "-n", "3", sys.executable, script], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["transport"]["device_buffers"] == how
+    for rank in out["ranks"]:
+        for step in ("plain", "gradient"):
+            assert rank[step]["why"] is None and rank[step]["same"], (step, rank)
+        # inside autodiff the Allreduces stage their device buffers either way, the messages only when staged
+        assert (rank["plain"]["staged"] > 0) == (how == "staged") and rank["gradient"]["staged"] > 0, rank
+        assert rank["calls"] == [2, 6], rank  # recorded once each; the live steps ran every call

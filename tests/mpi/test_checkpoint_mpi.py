@@ -416,3 +416,34 @@ def test_a_disk_that_fills_on_one_rank_fails_the_save_on_every_rank(
     comm.Barrier()
     assert everywhere(sorted(os.listdir(os.path.join(folder, f"rank-{comm.rank}"))) == ["save-1"])
     assert everywhere(_same(_resume(comm, folder), want))
+
+
+def _reduce_step(t, comm, u, v):
+    """A kernel launch, then an Allreduce in place: a step that makes no new arrays, so ``replay`` records it."""
+    src, dst = (u, v) if t % 2 == 0 else (v, u)
+    ksmooth(src, dst)
+    comm.Allreduce(pad.mpi.IN_PLACE, dst, pad.mpi.SUM)
+
+
+def test_a_replayed_loop_runs_the_steps_that_communicate(comm, everywhere):
+    """Each rank decides alone whether to replay a step of a checkpointed loop, so one that communicates over
+    several ranks runs as it is (a rank replaying would not number its adjoint messages on, as the ranks
+    running it do): no step replayed there, one rank replays its steps; the gradient is the same."""
+
+    def grad(replay):
+        rng = np.random.default_rng(comm.rank)
+        u, v = rng.uniform(0.0, 1.0, M + 2), np.zeros(M + 2)
+        du, dv = np.zeros(M + 2), np.ones(M + 2)
+        stats = checkpoint.Stats()
+        pad.autodiff(
+            lambda u, v: checkpoint.loop(
+                _reduce_step, 12, comm, u, v, snapshots=3, replay=replay, stats=stats
+            ),
+            pad.Dup(u, du),
+            pad.Dup(v, dv),
+        )
+        return du, stats
+
+    (got, stats), (want, _) = grad(lambda t: t % 2), grad(None)
+    replayed = stats.replayed + stats.replayed_forward
+    assert everywhere(np.allclose(got, want, rtol=1e-13) and (replayed == 0) == (comm.size > 1))

@@ -13,6 +13,7 @@ import pytest
 
 import pad
 import pad.mpi
+from pad.replay import Recording
 
 
 @pad.kernel
@@ -207,8 +208,8 @@ def test_new_activity_is_recorded_anew():
 
 
 def test_a_differentiated_step_it_cannot_replay_runs_every_time():
-    """Derivatives of Active scalars come back to the step's Python, which a replay skips; a differentiated
-    collective's adjoint is not redone by a replay."""
+    """Derivatives of Active scalars come back to the step's Python, which a replay skips; fwddiff's tangents
+    of a collective are not sent by a replay."""
     x, dx = np.ones(3), np.zeros(3)
     y, dy = np.zeros(3), np.ones(3)
     found = []
@@ -224,17 +225,45 @@ def test_a_differentiated_step_it_cannot_replay_runs_every_time():
     np.testing.assert_array_equal(dx, 2 * (2 * 2.0) * np.ones(3))  # two calls, each adding d(sum y)/dx = 2 a
 
     comm = pad.mpi.Comm(pad.mpi.COMM_WORLD.mpi.Split(pad.mpi.COMM_WORLD.rank))  # one rank each
-    total, dtotal = np.zeros(3), np.ones(3)
+    total, dtotal = np.zeros(3), np.zeros(3)
 
-    def reduce(x: Any, total: Any) -> None:
-        comm.Allreduce(x, total, pad.mpi.SUM)
+    def tangents() -> None:
+        pad.fwddiff(
+            lambda x, t: comm.Allreduce(x, t, pad.mpi.SUM), pad.Dup(x, np.ones(3)), pad.Dup(total, dtotal)
+        )
 
-    def communicating() -> None:
-        pad.autodiff(reduce, pad.Dup(x, dx), pad.Dup(total, dtotal))
-
-    g = pad.graph(communicating)
+    g = pad.graph(tangents)
     g()
-    assert g.why is not None and "collective (Allreduce)" in g.why
+    assert g.why is not None and "forward mode (fwddiff)" in g.why
+    np.testing.assert_array_equal(dtotal, 1.0)
+
+
+def test_a_differentiated_collective_is_replayed():
+    """A collective of host buffers inside ``autodiff``: its transfer and its adjoint's are redone by a
+    replay, which gives the gradient running it gives."""
+    comm = pad.mpi.Comm(pad.mpi.COMM_WORLD.mpi.Split(pad.mpi.COMM_WORLD.rank))  # one rank each
+    x, dx = np.linspace(0.5, 1.5, 3), np.zeros(3)
+    total, dtotal = np.zeros(3), np.zeros(3)
+
+    def f(x: Any, total: Any) -> None:
+        pad.launch(k_wave, 3, x, total)
+        comm.Allreduce(pad.mpi.IN_PLACE, total, pad.mpi.SUM)
+        pad.launch(k_grow, 3, x, total)
+
+    def step() -> None:
+        pad.fill(dtotal, 1.0)
+        pad.autodiff(f, pad.Dup(x, dx), pad.Dup(total, dtotal))
+
+    g = pad.graph(step)
+    live_dx = np.zeros(3)
+    for _ in range(3):
+        g()
+        assert g.why is None
+        live_total, live_seed = np.zeros(3), np.ones(3)
+        pad.autodiff(f, pad.Dup(x, live_dx), pad.Dup(live_total, live_seed))
+        np.testing.assert_array_equal(total, live_total)
+        np.testing.assert_array_equal(dx, live_dx)
+    assert len(g._records) == 1
 
 
 def test_inside_autodiff_the_step_is_differentiated():
@@ -260,3 +289,39 @@ def test_single_rank_collectives_are_replayed():
     for _ in range(3):
         g(x, total)
     assert g.why is None and (x == 8).all() and (total == 8).all()
+
+
+def test_a_record_of_device_and_host_work_replays_it_in_order(monkeypatch):
+    """Runs of CuPy entries become CUDA graphs, captured once each (a fake graph here, which runs them when
+    launched); the host entries between them (MPI work) run in Python in their place, every replay."""
+    done: list[str] = []
+    captured: list[int] = []
+
+    class Graph:
+        def __init__(self, entries: list[Any]) -> None:
+            self.entries = entries
+
+        def launch(self) -> None:
+            done.append("launch")
+            for entry in self.entries:
+                entry()
+
+    def capture(record: Recording, entries: list[Any]) -> Graph:
+        captured.append(len(entries))
+        return Graph(entries)
+
+    monkeypatch.setattr(Recording, "_capture", capture)
+    record = Recording()
+    for name, device in (
+        ("a", True),
+        ("b", True),
+        ("send", False),
+        ("c", True),
+        ("wait", False),
+        ("d", False),
+    ):
+        record.add(lambda name=name: done.append(name), cupy=device)
+    record.replay()
+    record.replay()
+    assert captured == [2, 1]
+    assert done == ["launch", "a", "b", "send", "launch", "c", "wait", "d"] * 2
