@@ -22,15 +22,7 @@ MPIEXEC = os.path.join(os.path.dirname(sys.executable), "mpiexec")
 @pytest.mark.skipif(not os.path.exists(MPIEXEC), reason="no mpiexec beside the interpreter")
 @pytest.mark.parametrize(("aware", "how"), [("0", "staged"), ("1", "direct")])
 def test_a_ring_of_device_buffers_and_its_adjoint(aware, how):
-    env = dict(
-        os.environ, PAD_MPI_CUDA_AWARE=aware, PYTHONPATH=REPO, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1"
-    )
-    script = os.path.join(REPO, "tests", "gpu", "mpi_device_ring.py")
-    done = subprocess.run(
-        [MPIEXEC, "-n", "2", sys.executable, script], env=env, capture_output=True, text=True, timeout=120
-    )
-    assert done.returncode == 0, done.stderr  # the script asserts the values and the gradient
-    out = json.loads(done.stdout)
+    out = _ranks("mpi_device_ring.py", 2, aware)  # the script asserts the values and the gradient
     assert out["transport"] == {"device_buffers": how, "why": f"PAD_MPI_CUDA_AWARE={aware}"}
     for st in out["stats"]:
         # 4 float64 each way: staged, both device buffers are copied to the host and back, 32 bytes a copy
@@ -49,15 +41,7 @@ def test_a_halo_exchange_of_a_device_array_crosses_to_the_host_once_each_way(awa
     pass check_grad (mpi_device_halo.py asserts both). Staged, an exchange copies one buffer to the host and
     one back, whatever the number of neighbours, in the primal, the forward sweep and the reverse pass alike;
     in fwddiff the tangents travel with the values (staged in both modes: one more copy each way)."""
-    env = dict(
-        os.environ, PAD_MPI_CUDA_AWARE=aware, PYTHONPATH=REPO, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1"
-    )
-    script = os.path.join(REPO, "tests", "gpu", "mpi_device_halo.py")
-    done = subprocess.run(
-        [MPIEXEC, "-n", "4", sys.executable, script], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout)
+    out = _ranks("mpi_device_halo.py", 4, aware)
     assert out["transport"]["device_buffers"] == how
     for rank in out["ranks"]:
         messages, nbytes = rank["messages"], rank["bytes"]
@@ -79,15 +63,7 @@ def test_replayed_multi_rank_steps_of_device_arrays_equal_live_ones(aware, how):
     """3 ranks: a step of halo exchanges, messages and Allreduces of device arrays, and a step of its
     gradient, each replayed by pad.graph (recorded once) equal the live calls, arrays, messages and
     counts (mpi_device_graph.py compares them), staged through host memory or handed to MPI."""
-    env = dict(
-        os.environ, PAD_MPI_CUDA_AWARE=aware, PYTHONPATH=REPO, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1"
-    )
-    script = os.path.join(REPO, "tests", "gpu", "mpi_device_graph.py")
-    done = subprocess.run(
-        [MPIEXEC, "-n", "3", sys.executable, script], env=env, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stderr
-    out = json.loads(done.stdout)
+    out = _ranks("mpi_device_graph.py", 3, aware)
     assert out["transport"]["device_buffers"] == how
     for rank in out["ranks"]:
         for step in ("plain", "gradient"):
@@ -95,3 +71,22 @@ def test_replayed_multi_rank_steps_of_device_arrays_equal_live_ones(aware, how):
         # inside autodiff the Allreduces stage their device buffers either way, the messages only when staged
         assert (rank["plain"]["staged"] > 0) == (how == "staged") and rank["gradient"]["staged"] > 0, rank
         assert rank["calls"] == [2, 6], rank  # recorded once each; the live steps ran every call
+
+
+def _ranks(script: str, ranks: int, aware: str) -> dict:
+    """The JSON that ``tests/gpu/SCRIPT`` prints run on ``ranks`` ranks (``aware``: PAD_MPI_CUDA_AWARE),
+    once it has exited with status 0."""
+    env = dict(
+        os.environ, PAD_MPI_CUDA_AWARE=aware, PYTHONPATH=REPO, OMP_NUM_THREADS="1", NUMBA_NUM_THREADS="1"
+    )
+    path = os.path.join(REPO, "tests", "gpu", script)
+    done = subprocess.run(
+        [MPIEXEC, "-n", str(ranks), sys.executable, path],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict = json.loads(done.stdout)
+    return result
