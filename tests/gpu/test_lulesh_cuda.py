@@ -11,12 +11,14 @@ import json
 import weakref
 from typing import Any
 
+import numba
 import numpy as np
 import pytest
 from mpi4py import MPI
 
 import pad.mpi
 from apps.cli import CONTEXT_BYTES, Memory
+from apps.lulesh import __main__ as lulesh
 from apps.lulesh import hydro as H
 from apps.lulesh import mesh as M
 from apps.lulesh.adjoint import StepGradient
@@ -207,3 +209,17 @@ def test_device_gradients_agree_with_the_cpu():
     for name, value in fit_cpu.parameters.items():
         assert abs(fit_gpu.parameters[name] - value) <= 1e-9 * abs(value), name
     assert fit_cpu.parameters["einit"] != 0.0
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="one thread is all numba has")  # type: ignore[attr-defined]
+def test_a_gpu_rank_runs_its_host_work_on_the_threads_asked(tmp_path):
+    """``--threads`` sets a GPU rank's host threads too (the tape's fills and copies run there): 8 ranks
+    each on every core of the node once ran 256 threads on 32 cores."""
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(2)
+        argv = ["-s2", "-i1", "--device=gpu", "--threads=1", "-q", f"--json={tmp_path / 'r.json'}"]
+        assert lulesh.main(argv) == 0
+        assert numba.get_num_threads() == 1
+    finally:
+        numba.set_num_threads(before)
