@@ -59,20 +59,14 @@ class Adjoint:
         self.run, self.comm, self.device = run, comm, device
 
     def reverse(self) -> None:
+        run = functools.partial(_timed, "reverse", self.run)
         record = replay.recording()
         if record is None:
-            self._timed()
+            run()
             return
-        record.add(self._timed, cupy=self.device, quiet=True)  # adjoints write shadows and scratch only
+        record.add(run, cupy=self.device, quiet=True)  # adjoints write shadows and scratch only
         with record.covering():
-            self._timed()
-
-    def _timed(self) -> None:
-        began = _wire.start()
-        try:
-            self.run()
-        finally:
-            _wire.stop("reverse", began)
+            run()
 
 
 # ---------------------------------------------------------------------------------------------- Comm
@@ -175,8 +169,8 @@ def register(name: str, *, passthrough: bool = True) -> Callable[[Callable[..., 
         else:
 
             def method(self: Comm, *args: Any, **kwargs: Any) -> Any:
-                _refused(self, name, tape.current(), args, kwargs)
                 ctx = tape.current()
+                _refused(self, name, ctx, args, kwargs)
                 began = _wire.start()
                 try:
                     return impl(self, ctx, *args, **kwargs)
@@ -367,18 +361,19 @@ def redone(phase: str, work: Callable[[], Any], buffers: Any = (), *, plain: boo
 
 def _replayed(phase: str, work: Callable[[], Any], device: list[Any], plain: bool) -> None:
     """A replay of ``redone``'s ``work``."""
-    began = _wire.start()
-    try:
+
+    def redo() -> None:
         if plain:
             _wire.plain_call()
         for a in device:
             arrays.synchronize(a)
         work()
-    finally:
-        _wire.stop(phase, began)
+
+    _timed(phase, redo)
 
 
 def _timed(phase: str, work: Callable[[], Any]) -> None:
+    """``work()``, timed in ``phase`` of ``pad.mpi.stats()``."""
     began = _wire.start()
     try:
         work()
