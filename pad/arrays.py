@@ -212,8 +212,8 @@ def _fill_flat(dst: np.ndarray, value: Any) -> None:
         dst[j] = value
 
 
-def _parallel(*arrays: np.ndarray) -> bool:
-    return arrays[0].nbytes >= PARALLEL_BYTES and all(a.flags.c_contiguous for a in arrays)
+def _parallel(*arrays: np.ndarray, least: int = PARALLEL_BYTES) -> bool:
+    return arrays[0].nbytes >= least and all(a.flags.c_contiguous for a in arrays)
 
 
 def copyto(dst: np.ndarray, src: np.ndarray) -> None:
@@ -235,7 +235,7 @@ def fill(a: np.ndarray, value: float) -> None:
 def copy(a: Any) -> Any:
     """A new array with ``a``'s values, in ``a``'s memory."""
     if isinstance(a, np.ndarray):
-        if a.nbytes < FRESH_PARALLEL_BYTES or not a.flags.c_contiguous:
+        if not _parallel(a, least=FRESH_PARALLEL_BYTES):
             return a.copy()
         out = np.empty_like(a, order="C")
         _copy_flat(out.reshape(-1), a.reshape(-1))
