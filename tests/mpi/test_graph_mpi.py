@@ -4,7 +4,6 @@ messages (tags, order, bytes) on every rank; steps whose messages a replay could
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
@@ -12,20 +11,11 @@ import pytest
 
 import pad
 import pad.mpi
+from tests.unit.test_graph import k_grow, k_wave
 
 pytestmark = [pytest.mark.mpi, pytest.mark.timeout(120)]
 
 N = 6
-
-
-@pad.kernel
-def k_wave(i, x, t):
-    t[i] = math.sin(x[i]) * x[i]
-
-
-@pad.kernel
-def k_grow(i, t, y):
-    y[i] = y[i] * t[i] + t[i]
 
 
 class Steps:
@@ -88,6 +78,16 @@ def start(comm: pad.mpi.Comm) -> tuple[np.ndarray, np.ndarray]:
     return 0.3 + 0.1 * np.cos(np.arange(N) + comm.rank), np.sin(np.arange(N) + 2.0 * comm.rank)
 
 
+def gradients(comm: pad.mpi.Comm) -> tuple[Steps, Steps, Any, list[np.ndarray], list[np.ndarray], np.ndarray]:
+    """The differentiated step twice on this rank, from the same state: one replayed by a graph (its steps,
+    the graph, its arrays), one launched (its steps, its arrays); and the seed."""
+    replayed, launched = Steps(comm), Steps(comm)
+    u0, seed = start(comm)
+    ours = [u0.copy(), np.zeros(N), np.zeros(N), np.zeros(N)]
+    theirs = [u0.copy(), np.zeros(N), np.zeros(N), np.zeros(N)]
+    return replayed, launched, pad.graph(replayed.gradient), ours, theirs, seed
+
+
 def counts(stats: dict) -> dict:
     """``pad.mpi.stats()`` less the seconds."""
     return {phase: {k: v for k, v in st.items() if k != "seconds"} for phase, st in stats.items()}
@@ -115,11 +115,7 @@ def test_a_plain_step_replays_its_messages_bitwise(comm, everywhere):
 def test_a_differentiated_step_replays_its_messages_and_adjoints_bitwise(comm, everywhere):
     """The forward's messages, the reverse pass's adjoint messages (Isend/Irecv, halos, Allreduce MIN with
     its winners) and the consistency checks, replayed: the gradient and the accounting of a live call."""
-    replayed, launched = Steps(comm), Steps(comm)
-    g = pad.graph(replayed.gradient)
-    u0, seed = start(comm)
-    ours = [u0.copy(), np.zeros(N), np.zeros(N), np.zeros(N)]
-    theirs = [u0.copy(), np.zeros(N), np.zeros(N), np.zeros(N)]
+    replayed, launched, g, ours, theirs, seed = gradients(comm)
     for _ in range(3):
         pad.mpi.reset_stats()
         with pad.mpi.trace() as replay_events:
@@ -138,11 +134,7 @@ def test_a_differentiated_step_replays_its_messages_and_adjoints_bitwise(comm, e
 def test_ranks_that_record_again_meet_ranks_that_replay(comm, everywhere):
     """Rank 0 passes a new array each call, so it runs and records the step while the others replay theirs:
     the messages and consistency checks of both are the same, and so are the results."""
-    replayed, launched = Steps(comm), Steps(comm)
-    g = pad.graph(replayed.gradient)
-    u0, seed = start(comm)
-    ours = [u0.copy(), np.zeros(N), np.zeros(N), np.zeros(N)]
-    theirs = [u0.copy(), np.zeros(N), np.zeros(N), np.zeros(N)]
+    replayed, launched, g, ours, theirs, seed = gradients(comm)
     for _ in range(3):
         if comm.rank == 0:
             ours[0] = ours[0].copy()
