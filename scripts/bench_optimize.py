@@ -3,14 +3,16 @@ perturbation search (``apps/minibude/optimize.py``).
 
 For each time budget, each method starts from the deck's poses and runs until the budget is spent (it stops
 at the first step boundary after it). Time is this process's CPU time (all its threads): on a shared machine
-what other work takes does not count against a method. Reports per budget and method the steps run, the
-seconds, the poses whose energy fell, the mean and median energy reached, and the poses each method left
-lowest of the three (ties count for each). Writes one JSON object (``--json``) and prints a table.
+what other work takes does not count against a method, nor does a collection of the whole heap (the garbage
+collector is off while a method runs, as in ``timeit``). Reports per budget and method the steps run, the
+seconds, the poses whose energy fell, the mean and median energy reached, and the poses each method left lowest
+of the three (ties count for each). Writes one JSON object (``--json``) and prints a table.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import time
 from typing import Any
@@ -43,9 +45,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         reached = {}
         for method in METHODS:
             dock.poses[:] = deck.poses
-            wall = time.perf_counter()
-            r = optimize(dock, method, seconds=budget, clock=time.process_time)
-            wall = time.perf_counter() - wall
+            gc.collect()  # as timeit does: a collection of the whole heap is no method's cost
+            gc.disable()
+            try:
+                wall = time.perf_counter()
+                r = optimize(dock, method, seconds=budget, clock=time.process_time)
+                wall = time.perf_counter() - wall
+            finally:
+                gc.enable()
             reached[method] = energies = dock.score().astype(np.float64)
             r["budget_cpu_s"], r["cpu_s"], r["wall_s"] = budget, r.pop("seconds"), wall
             r["mean_energy"], r["median_energy"] = float(energies.mean()), float(np.median(energies))
