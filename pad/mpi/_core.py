@@ -341,21 +341,24 @@ NONBLOCKING = frozenset(("Isend", "Irecv"))
 """The ops that return a request."""
 
 
-def redone(phase: str, work: Callable[[], Any], buffers: Any = (), *, plain: bool = False) -> Any:
+def redone(
+    phase: str, work: Callable[[], Any], buffers: Any = (), *, plain: bool = False, enqueues: bool = False
+) -> Any:
     """``work()``, an op's host or MPI work on ``buffers``; in a step ``pad.graph`` records, added to the
     record first. A replay then waits for the device work queued on the device buffers among ``buffers``
     (MPI reads them outside the stream), does ``work`` timed in ``phase`` of ``pad.mpi.stats()`` (counted
     as a call there: ``plain``), and leaves the record's quiet span unless ``buffers`` are all floating
-    point (``replay.quiet_span``)."""
+    point (``replay.quiet_span``). ``enqueues``: where ``buffers`` are all CuPy's, ``work`` only enqueues
+    device work on them (a halo's packing): then it is recorded as such, for a CUDA graph to capture."""
     record = replay.recording()
     if record is not None:
         held = [a for a in buffers if hasattr(a, "dtype") and hasattr(a, "shape")]
-        device = [a for a in held if arrays.is_device(a)]
-        record.add(
-            functools.partial(_replayed, phase, work, device, plain),
-            cupy=False,
-            quiet=all(a.dtype.kind == "f" for a in held),
-        )
+        quiet = all(a.dtype.kind == "f" for a in held)
+        if enqueues and held and all(map(arrays.is_cupy, held)):
+            record.add(work, cupy=True, quiet=quiet)
+        else:
+            device = [a for a in held if arrays.is_device(a)]
+            record.add(functools.partial(_replayed, phase, work, device, plain), cupy=False, quiet=quiet)
     return work()
 
 

@@ -23,12 +23,11 @@ shadow is read back) or copies (adjoint: read back, then zeroed).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from pad import arrays, replay, tape
+from pad import arrays, tape
 from pad.mpi import _wire
 from pad.mpi._core import (
     Adjoint,
@@ -213,7 +212,7 @@ def _pack(ctx: tape.Context | None, a: Any, regions: list[tuple]) -> tuple[Any, 
         for region, view in zip(regions, views, strict=True):
             view[...] = a[region]
 
-    _redone(ctx, gather, a)
+    redone(current_phase(ctx), gather, (a,), enqueues=True)
     da = None if ctx is None else ctx.shadow(a)
     if ctx is None or da is None:
         return out, shapes
@@ -249,7 +248,7 @@ def _unpack(
             else:
                 a[region] = part
 
-    _redone(ctx, scatter, a)
+    redone(current_phase(ctx), scatter, (a,), enqueues=True)
     da = None if ctx is None else ctx.shadow(a)
     if ctx is None or da is None:
         return
@@ -269,14 +268,3 @@ def _unpack(
                 da[region] = 0
 
     ctx.record(Adjoint(reverse, device=arrays.is_cupy(a)))
-
-
-def _redone(ctx: tape.Context | None, work: Callable[[], None], a: Any) -> None:
-    """``work()``, packing or unpacking ``a``, added to the record a ``pad.graph`` step is making: CuPy work
-    that a CUDA graph captures where ``a`` is CuPy's, else host work timed with the exchange's messages."""
-    record = replay.recording()
-    if record is not None and arrays.is_cupy(a):
-        record.add(work, cupy=True, quiet=True)
-        work()
-        return
-    redone(current_phase(ctx), work, (a,))
