@@ -288,7 +288,7 @@ NO_DEFINITIONS = Definitions({}, frozenset())
 def definitions(body: list[Stmt], launch_index: str, kinds: dict[str, Kind]) -> Definitions:
     counts: dict[str, int] = {}
     for s in walk(body):
-        for target in _targets(s):
+        for target in targets(s):
             counts[target] = counts.get(target, 0) + 1
     if launch_index in counts:
         return NO_DEFINITIONS
@@ -353,7 +353,8 @@ def _scaled(e: Expr, defs: Definitions, launch_index: str) -> tuple[Expr, Expr, 
     return None
 
 
-def _targets(s: Stmt) -> list[str]:
+def targets(s: Stmt) -> list[str]:
+    """The scalars a statement itself assigns (a loop its variable)."""
     if isinstance(s, (Assign, Pop)):
         return [s.target]
     if isinstance(s, For):
@@ -795,11 +796,11 @@ def running_extremes(loop: For) -> list[Extreme] | None:
     if not found or len(set(ms)) != len(ms) or liveness(body, set(), prune=False)[1] & made != set(ms):
         return None
     temps = {x.target for x in walk(body) if isinstance(x, Assign) and id(x) in pairs and x.target not in ms}
-    targets = Counter(x.target for x in walk(body) if isinstance(x, (Assign, Pop)))
+    times = Counter(x.target for x in walk(body) if isinstance(x, (Assign, Pop)))
     for x in walk(body):  # the running values and their temporaries are read only in their updates
         if id(x) not in pairs and {n for e in exprs_of(x) for n in names_in(e)} & (set(ms) | temps):
             return None
-    if any(targets[m] != 1 for m in ms) or any(targets[t] != 1 for t in temps):
+    if any(times[m] != 1 for m in ms) or any(times[t] != 1 for t in temps):
         return None
     if any(x.e not in made or x.e in ms for x in found):
         return None

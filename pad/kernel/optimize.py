@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pad.kernel.analysis import NO_DEFINITIONS, Definitions, owned, uniform_add_names
+from pad.kernel.analysis import FLOATS, NO_DEFINITIONS, Definitions, owned, targets, uniform_add_names
 from pad.kernel.ir import (
     ArrayKind,
     Assign,
@@ -63,10 +63,7 @@ def tidy(body: list[Stmt], keep: set[str], type_of: Callable[[str], str]) -> lis
     defs: Counter[str] = Counter()
     uses: Counter[str] = Counter()
     for s in walk(body):
-        if isinstance(s, (Assign, Pop)):
-            defs[s.target] += 1
-        elif isinstance(s, For):
-            defs[s.var] += 1
+        defs.update(targets(s))
         for e in exprs_of(s):
             uses.update(names_in(e))
 
@@ -274,6 +271,63 @@ def _inlinable(
     if any(read & sets[k] for k in between):
         return False
     return not (any(True for _ in arrays_in(s.value)) and any(writes[k] for k in between))
+
+
+def common_subexpressions(body: list[Stmt], types: dict[str, str]) -> list[Stmt]:
+    """``body`` with each floating-point operation that a block repeats on the same values made once: a
+    temporary assigned once whose operation an earlier variable of the block (assigned once too) holds
+    already, its operands assigned nothing in between, goes away and is read as that variable (kernels are
+    in three-address form here: an operation's operands are names and literals).
+
+    The values, hence the primal's results, are the same bits; adjoints gain. The reverse sweep adds the
+    uses' adjoints into the one variable's before passing them on once, where it passed each copy's on
+    alone (LULESH's ``volume_derivative`` reads each of its eighteen sums of two coordinates twice). Integer
+    arithmetic stays as it is (index arithmetic, which the analyses of indices follow through its single
+    definitions anyway).
+    """
+    defs: Counter[str] = Counter(n for s in walk(body) for n in targets(s))
+    renamed: dict[str, Expr] = {}
+
+    def block(stmts: list[Stmt]) -> list[Stmt]:
+        held: dict[tuple, str] = {}  # an operation on its operands -> the variable that holds its value
+        out: list[Stmt] = []
+        for s in stmts:
+            if renamed:
+                s = rewrite([s], lambda e: substitute(e, renamed), lambda n: n)[0]
+            s = map_blocks(s, block)
+            key, target = None, ""
+            if (
+                isinstance(s, Assign)
+                and isinstance(s.value, Call)
+                and defs[s.target] == 1
+                and types.get(s.target) in FLOATS
+                and all(isinstance(a, (Name, Lit)) for a in s.value.args)
+            ):
+                key, target = (s.value.op, tuple(_atom(a) for a in s.value.args)), s.target
+                if key in held and target.startswith("_"):
+                    renamed[target] = Name(held[key])
+                    continue
+            killed = assigned([s])
+            if killed:
+                held = {k: v for k, v in held.items() if v not in killed and not killed & _operands(k)}
+            if key is not None:
+                held.setdefault(key, target)
+            out.append(s)
+        return out
+
+    return block(body)
+
+
+def _atom(e: Expr) -> tuple[str, Any]:
+    """An operand as a value: a literal of another Python type is another value (``1`` is not ``1.0``)."""
+    if isinstance(e, Lit):
+        return ("lit", (type(e.value).__name__, e.value, e.typed))
+    assert isinstance(e, Name)
+    return ("name", e.id)
+
+
+def _operands(key: tuple) -> set[str]:
+    return {v for kind, v in key[1] if kind == "name"}
 
 
 def read_first(body: list[Stmt], live_out: set[str]) -> set[str]:

@@ -94,6 +94,24 @@ def _elementary():
 
 
 @pad.kernel
+def k_shared_sums(i, x, y):
+    a = x[i]
+    b = y[i]
+    p = (a + b) * (a - b) + (a + b) * a  # one sum, read twice in a line
+    q = (a + b) * b + (a - b) * b  # and again in the next: the same values
+    a = 2.0 * a
+    y[i] = p + q + (a + b) * p  # a changed: another sum
+
+
+@case("repeated operations on the same values")
+def _shared_sums():
+    def prog(x, y):
+        pad.launch(k_shared_sums, x.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 8, dt)), dup(arr(rng, 8, dt)))
+
+
+@pad.kernel
 def k_binary_fns(i, x, y, z):
     a = x[i]
     b = y[i]
@@ -1093,6 +1111,7 @@ for _c in list(CASES):
     if _c.name in {
         "active scalars",
         "elementary",
+        "repeated operations on the same values",
         "binary functions",
         "numpy functions",
         "math functions",
