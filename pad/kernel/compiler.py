@@ -240,7 +240,7 @@ def analyse(
     launch_index, params = low.params[0], low.params[1:]
     low.body, types = infer_types(low.body, low.kinds)
     check_types(low.body, types, low.kinds)
-    low.body = common_subexpressions(low.body, types)
+    low.body = common_subexpressions(low.body, types, low.kinds)
     active_inputs = {p for p, a in zip(params, active, strict=True) if a}
     act = useful(low.body, activity(low.body, types, active_inputs, low.kinds), low.kinds)
     defs = definitions(low.body, launch_index, low.kinds)

@@ -44,6 +44,7 @@ from pad.kernel.ir import (
     map_blocks,
     names_in,
     rewrite,
+    stored_arrays,
     substitute,
     walk,
 )
@@ -273,61 +274,102 @@ def _inlinable(
     return not (any(True for _ in arrays_in(s.value)) and any(writes[k] for k in between))
 
 
-def common_subexpressions(body: list[Stmt], types: dict[str, str]) -> list[Stmt]:
-    """``body`` with each floating-point operation that a block repeats on the same values made once: a
-    temporary assigned once whose operation an earlier variable of the block (assigned once too) holds
-    already, its operands assigned nothing in between, goes away and is read as that variable (kernels are
-    in three-address form here: an operation's operands are names and literals).
+COMMUTATIVE = frozenset(("add", "mul"))
+"""Operations whose operands may swap: IEEE sums and products are the same bits either way."""
+
+
+def common_subexpressions(body: list[Stmt], types: dict[str, str], kinds: dict[str, Kind]) -> list[Stmt]:
+    """``body`` with each floating-point value that a block computes again from the same values made once:
+    a temporary assigned once whose operation or array load an earlier variable of the block (assigned once
+    too) holds already, with nothing in between assigning its operands or storing into the array, goes
+    away and is read as that variable (kernels are in three-address form here: operands and indices are
+    names and literals; a name assigned an integer literal once counts as the literal).
 
     The values, hence the primal's results, are the same bits; adjoints gain. The reverse sweep adds the
     uses' adjoints into the one variable's before passing them on once, where it passed each copy's on
-    alone (LULESH's ``volume_derivative`` reads each of its eighteen sums of two coordinates twice). Integer
-    arithmetic stays as it is (index arithmetic, which the analyses of indices follow through its single
-    definitions anyway).
+    alone: LULESH's ``volume_derivatives`` sums 48 pairs of corner coordinates per axis, which are its hex's
+    12 edges, each loaded and summed by four of its eight ``volume_derivative`` calls. A store into a local
+    array ends what was loaded from it; a store into any other array, what was loaded from every other array
+    (arguments may share memory). Integer arithmetic stays as it is (index arithmetic, which the analyses of
+    indices follow through its single definitions anyway).
     """
     defs: Counter[str] = Counter(n for s in walk(body) for n in targets(s))
+    constants = {
+        s.target: literal
+        for s in walk(body)
+        if isinstance(s, Assign) and defs[s.target] == 1 and (literal := _int_literal(s.value)) is not None
+    }
     renamed: dict[str, Expr] = {}
 
+    def atom(e: Expr) -> tuple[str, Any] | None:
+        if isinstance(e, Name) and e.id in constants:
+            e = constants[e.id]
+        if isinstance(e, Lit):  # a literal of another Python type is another value (1 is not 1.0)
+            return ("lit", (type(e.value).__name__, e.value, e.typed))
+        return ("name", e.id) if isinstance(e, Name) else None
+
+    def key_of(s: Stmt) -> tuple | None:
+        if not (isinstance(s, Assign) and defs[s.target] == 1 and types.get(s.target) in FLOATS):
+            return None
+        v = s.value
+        operands = v.args if isinstance(v, Call) else v.index if isinstance(v, Elem) else ()
+        atoms = [a for a in map(atom, operands) if a is not None]
+        if not operands or len(atoms) < len(operands):
+            return None
+        if isinstance(v, Call):
+            return ("op", v.op, tuple(sorted(atoms) if v.op in COMMUTATIVE else atoms))
+        assert isinstance(v, Elem)
+        return ("load", v.array, tuple(atoms))
+
+    def local(array: str) -> bool:
+        kind = kinds.get(array)
+        return isinstance(kind, ArrayKind) and kind.local
+
     def block(stmts: list[Stmt]) -> list[Stmt]:
-        held: dict[tuple, str] = {}  # an operation on its operands -> the variable that holds its value
+        held: dict[tuple, str] = {}  # a value -> the variable that holds it
         out: list[Stmt] = []
         for s in stmts:
             if renamed:
                 s = rewrite([s], lambda e: substitute(e, renamed), lambda n: n)[0]
             s = map_blocks(s, block)
-            key, target = None, ""
-            if (
-                isinstance(s, Assign)
-                and isinstance(s.value, Call)
-                and defs[s.target] == 1
-                and types.get(s.target) in FLOATS
-                and all(isinstance(a, (Name, Lit)) for a in s.value.args)
-            ):
-                key, target = (s.value.op, tuple(_atom(a) for a in s.value.args)), s.target
-                if key in held and target.startswith("_"):
-                    renamed[target] = Name(held[key])
+            key = key_of(s)
+            if key is not None:
+                assert isinstance(s, Assign)
+                if key in held and s.target.startswith("_"):
+                    renamed[s.target] = Name(held[key])
                     continue
             killed = assigned([s])
-            if killed:
-                held = {k: v for k, v in held.items() if v not in killed and not killed & _operands(k)}
+            stored = stored_arrays([s]) | {x.target for x in walk([s]) if isinstance(x, LocalArray)}
+            if killed or stored:
+                held = {
+                    k: v for k, v in held.items() if v not in killed and not _ended(k, killed, stored, local)
+                }
             if key is not None:
-                held.setdefault(key, target)
+                assert isinstance(s, Assign)
+                held.setdefault(key, s.target)
             out.append(s)
         return out
 
     return block(body)
 
 
-def _atom(e: Expr) -> tuple[str, Any]:
-    """An operand as a value: a literal of another Python type is another value (``1`` is not ``1.0``)."""
-    if isinstance(e, Lit):
-        return ("lit", (type(e.value).__name__, e.value, e.typed))
-    assert isinstance(e, Name)
-    return ("name", e.id)
+def _int_literal(e: Expr) -> Lit | None:
+    """``e`` if an integer literal, or the literal a ``copy`` of one copies (how a helper's literal argument
+    is bound to its parameter)."""
+    if isinstance(e, Call) and e.op == "copy":
+        e = e.args[0]
+    return e if isinstance(e, Lit) and type(e.value) is int else None
 
 
-def _operands(key: tuple) -> set[str]:
-    return {v for kind, v in key[1] if kind == "name"}
+def _ended(key: tuple, killed: set[str], stored: set[str], local: Callable[[str], bool]) -> bool:
+    """Whether a value ``key`` of :func:`common_subexpressions` no longer holds after a statement that
+    assigns ``killed`` and stores into ``stored``."""
+    kind, what, atoms = key
+    if killed.intersection(v for k, v in atoms if k == "name"):
+        return True
+    if kind != "load":
+        return False
+    return what in stored if local(what) else any(not local(a) for a in stored)
 
 
 def read_first(body: list[Stmt], live_out: set[str]) -> set[str]:

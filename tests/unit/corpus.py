@@ -111,6 +111,32 @@ def _shared_sums():
     return prog, lambda rng, dt: (dup(arr(rng, 8, dt)), dup(arr(rng, 8, dt)))
 
 
+@pad.func
+def pair_sum(v, a, b):
+    return v[a] + v[b]
+
+
+@pad.kernel
+def k_shared_loads(i, x, y):
+    v = pad.local_array(3)
+    for k in range(3):
+        v[k] = x[3 * i + k]
+    s = pair_sum(v, 0, 1) * pair_sum(v, 1, 0)  # the same loads and sum (its operands swapped)
+    t = pair_sum(v, 1, 2)
+    v[1] = s * t  # a store into v: what was loaded from v is stale from here
+    w = x[i] * t
+    y[i] = pair_sum(v, 0, 1) * y[i] + x[i] * w  # x[i] again: nothing was stored since
+    y[i] += x[i] * t  # after a store into y, x[i] is loaded again (x and y might share memory)
+
+
+@case("repeated loads of a local array through a helper")
+def _shared_loads():
+    def prog(x, y):
+        pad.launch(k_shared_loads, y.shape[0], x, y)
+
+    return prog, lambda rng, dt: (dup(arr(rng, 12, dt)), dup(arr(rng, 4, dt)))
+
+
 @pad.kernel
 def k_binary_fns(i, x, y, z):
     a = x[i]
@@ -1112,6 +1138,7 @@ for _c in list(CASES):
         "active scalars",
         "elementary",
         "repeated operations on the same values",
+        "repeated loads of a local array through a helper",
         "binary functions",
         "numpy functions",
         "math functions",

@@ -1,6 +1,8 @@
-"""A floating-point operation a block repeats on the same values is made once (``optimize.common_subexpressions``):
-the primal's values stay the same bits and the adjoint passes the uses' adjoints on once. The corpus case
-"repeated operations on the same values" (``k_shared_sums``) checks the gradient."""
+"""A floating-point value a block computes again from the same values (an operation, or a load with no store
+in between) is made once (``optimize.common_subexpressions``): the primal's values stay the same bits and
+the adjoint passes the uses' adjoints on once. The corpus cases "repeated operations on the same values"
+(``k_shared_sums``) and "repeated loads of a local array through a helper" (``k_shared_loads``) check the
+gradients."""
 
 from __future__ import annotations
 
@@ -10,13 +12,17 @@ import numpy as np
 import pytest
 
 import pad
-from tests.unit.corpus import k_shared_sums
+from tests.unit.corpus import k_shared_loads, k_shared_sums
+
+
+def _code(source: str) -> str:
+    """A generated kernel without its comments (the source lines)."""
+    return "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("#"))
 
 
 def _sums(source: str, left: str) -> int:
-    """How many times a generated kernel adds ``left`` and ``b`` (its comments, the source lines, aside)."""
-    code = "\n".join(line for line in source.splitlines() if not line.lstrip().startswith("#"))
-    return len(re.findall(rf"\b{left} \+ b\b", code))
+    """How many times a generated kernel adds ``left`` and ``b``."""
+    return len(re.findall(rf"\b{left} \+ b\b", _code(source)))
 
 
 @pytest.mark.parametrize("target", ["cpu", "cuda"])
@@ -38,4 +44,30 @@ def test_the_primal_is_the_same_bits():
         a = 2.0 * a
         expected[i] = p + q + (a + b) * p
     pad.launch(k_shared_sums, 9, x, y)
+    assert np.array_equal(y, expected)
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_loads_are_made_once_until_a_store_may_change_them(target):
+    x, y = np.linspace(0.5, 1.5, 12), np.linspace(0.5, 1.5, 4)
+    code = _code(k_shared_loads.variant((x, y), "primal", (True, True), target=target).source)
+    # v[0], v[1] and v[2] before the store into v[1] (four helper calls read them seven times), v[0] and
+    # v[1] after it; its indices are the helper's parameters, bound to literals
+    assert len(re.findall(r"\bv\[_pair_sum\w+\]", code)) == 5
+    # x[i]: once before the store into y (read twice there), once after (y might be x)
+    assert len(re.findall(r"\bx\[i\]", code)) == 2
+
+
+def test_the_primal_with_loads_is_the_same_bits():
+    x, y = np.linspace(0.5, 1.5, 12), np.linspace(0.6, 1.6, 4)
+    expected = y.copy()
+    for i in range(4):
+        v = x[3 * i : 3 * i + 3].copy()
+        s = (v[0] + v[1]) * (v[1] + v[0])
+        t = v[1] + v[2]
+        v[1] = s * t
+        w = x[i] * t
+        expected[i] = (v[0] + v[1]) * expected[i] + x[i] * w
+        expected[i] += x[i] * t
+    pad.launch(k_shared_loads, 4, x, y)
     assert np.array_equal(y, expected)
