@@ -1,6 +1,6 @@
 """A floating-point value a block computes again from the same values (an operation, or a load with no store
-in between) is made once (``optimize.common_subexpressions``): the primal's values stay the same bits and
-the adjoint passes the uses' adjoints on once. The corpus cases "repeated operations on the same values"
+in between) is made once in CPU kernels (``optimize.common_subexpressions``): the primal's values stay the
+same bits and the adjoint passes the uses' adjoints on once. The corpus cases "repeated operations on the same values"
 (``k_shared_sums``) and "repeated loads of a local array through a helper" (``k_shared_loads``) check the
 gradients."""
 
@@ -25,13 +25,19 @@ def _sums(source: str, left: str) -> int:
     return len(re.findall(rf"\b{left} \+ b\b", _code(source)))
 
 
-@pytest.mark.parametrize("target", ["cpu", "cuda"])
 @pytest.mark.parametrize("mode", ["primal", "tangent", "adjoint"])
-def test_a_sum_of_the_same_values_is_made_once_and_a_changed_operand_makes_another(mode, target):
+def test_a_sum_of_the_same_values_is_made_once_and_a_changed_operand_makes_another(mode):
     x, y = np.linspace(0.5, 1.5, 4), np.linspace(0.6, 1.6, 4)
-    source = k_shared_sums.variant((x, y), mode, (True, True), target=target).source
+    source = k_shared_sums.variant((x, y), mode, (True, True), target="cpu").source
     assert _sums(source, "a") == 1  # three reads of a + b before a changes
     assert _sums(source, r"a__\d+") == 1  # the sum of the changed a
+
+
+def test_cuda_kernels_keep_their_repeated_values():
+    """On GPUs the values would live longer in registers than recomputing them costs (compiler.analyse)."""
+    x, y = np.linspace(0.5, 1.5, 4), np.linspace(0.6, 1.6, 4)
+    source = k_shared_sums.variant((x, y), "adjoint", (True, True), target="cuda").source
+    assert _sums(source, "a") == 3
 
 
 def test_the_primal_is_the_same_bits():
@@ -47,10 +53,9 @@ def test_the_primal_is_the_same_bits():
     assert np.array_equal(y, expected)
 
 
-@pytest.mark.parametrize("target", ["cpu", "cuda"])
-def test_loads_are_made_once_until_a_store_may_change_them(target):
+def test_loads_are_made_once_until_a_store_may_change_them():
     x, y = np.linspace(0.5, 1.5, 12), np.linspace(0.5, 1.5, 4)
-    code = _code(k_shared_loads.variant((x, y), "primal", (True, True), target=target).source)
+    code = _code(k_shared_loads.variant((x, y), "primal", (True, True), target="cpu").source)
     # v[0], v[1] and v[2] before the store into v[1] (four helper calls read them seven times), v[0] and
     # v[1] after it; its indices are the helper's parameters, bound to literals
     assert len(re.findall(r"\bv\[_pair_sum\w+\]", code)) == 5
