@@ -242,8 +242,8 @@ def analyse(
     reduced into, loaded and stored.
 
     For CPU threads, values a block computes again are computed once first (``common_subexpressions``), so
-    that the adjoint passes their adjoints on once. Not for CUDA: there the longer-lived values cost more
-    than the operations saved (LULESH's element forces adjoint spilled 2756 bytes a thread instead of 2436)."""
+    that the adjoint passes their adjoints on once. Not for CUDA, where the longer-lived values made LULESH's
+    element forces adjoint spill more registers (docs/benchmarks.md, "Values computed once")."""
     low = lower_kernel(fn, kinds, tables)
     launch_index, params = low.params[0], low.params[1:]
     low.body, types = infer_types(low.body, low.kinds)
