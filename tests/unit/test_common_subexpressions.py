@@ -1,8 +1,8 @@
 """A floating-point value a block computes again from the same values (an operation, or a load with no store
 in between) is made once in CPU kernels (``optimize.common_subexpressions``): the primal's values stay the
-same bits and the adjoint passes the uses' adjoints on once. The corpus cases "repeated operations on the same values"
-(``k_shared_sums``) and "repeated loads of a local array through a helper" (``k_shared_loads``) check the
-gradients."""
+same bits and the adjoint passes the uses' adjoints on once. The corpus cases "repeated operations on the
+same values" (``k_shared_sums``) and "repeated loads of a local array through a helper"
+(``k_shared_loads``) check the gradients."""
 
 from __future__ import annotations
 
@@ -56,8 +56,8 @@ def test_the_primal_is_the_same_bits():
 def test_loads_are_made_once_until_a_store_may_change_them():
     x, y = np.linspace(0.5, 1.5, 12), np.linspace(0.5, 1.5, 4)
     code = _code(k_shared_loads.variant((x, y), "primal", (True, True), target="cpu").source)
-    # v[0], v[1] and v[2] before the store into v[1] (four helper calls read them seven times), v[0] and
-    # v[1] after it; its indices are the helper's parameters, bound to literals
+    # v[0], v[1] and v[2] once each before the store into v[1] (three helper calls read them six times),
+    # v[0] and v[1] again after it; the indices are the helper's parameters, bound to literals
     assert len(re.findall(r"\bv\[_pair_sum\w+\]", code)) == 5
     # x[i]: once before the store into y (read twice there), once after (y might be x)
     assert len(re.findall(r"\bx\[i\]", code)) == 2
