@@ -10,7 +10,7 @@ import copy
 import functools
 import math
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -327,6 +327,13 @@ def common_subexpressions(body: list[Stmt], types: dict[str, str], kinds: dict[s
 
     def block(stmts: list[Stmt]) -> list[Stmt]:
         held: dict[tuple, str] = {}  # a value -> the variable that holds it
+        reading: dict[str, set[tuple]] = {}  # a name -> the values that end when it is assigned
+        loading: dict[str, set[tuple]] = {}  # an array -> the values loaded from it
+
+        def end(values: Iterable[tuple]) -> None:
+            for k in values:
+                held.pop(k, None)
+
         out: list[Stmt] = []
         for s in stmts:
             if renamed:
@@ -338,15 +345,19 @@ def common_subexpressions(body: list[Stmt], types: dict[str, str], kinds: dict[s
                 if key in held and s.target.startswith("_"):
                     renamed[s.target] = Name(held[key])
                     continue
-            killed = assigned([s])
-            stored = stored_arrays([s]) | {x.target for x in walk([s]) if isinstance(x, LocalArray)}
-            if killed or stored:
-                held = {
-                    k: v for k, v in held.items() if v not in killed and not _ended(k, killed, stored, local)
-                }
-            if key is not None:
+            for n in assigned([s]):
+                end(reading.pop(n, ()))
+            for a in stored_arrays([s]) | {x.target for x in walk([s]) if isinstance(x, LocalArray)}:
+                for b in [a] if local(a) else [b for b in loading if not local(b)]:
+                    end(loading.pop(b, ()))
+            if key is not None and key not in held:
                 assert isinstance(s, Assign)
-                held.setdefault(key, s.target)
+                held[key] = s.target
+                kind, what, atoms = key
+                for n in [s.target, *(v for k, v in atoms if k == "name")]:
+                    reading.setdefault(n, set()).add(key)
+                if kind == "load":
+                    loading.setdefault(what, set()).add(key)
             out.append(s)
         return out
 
@@ -359,17 +370,6 @@ def _int_literal(e: Expr) -> Lit | None:
     if isinstance(e, Call) and e.op == "copy":
         e = e.args[0]
     return e if isinstance(e, Lit) and type(e.value) is int else None
-
-
-def _ended(key: tuple, killed: set[str], stored: set[str], local: Callable[[str], bool]) -> bool:
-    """Whether a value ``key`` of :func:`common_subexpressions` no longer holds after a statement that
-    assigns ``killed`` and stores into ``stored``."""
-    kind, what, atoms = key
-    if killed.intersection(v for k, v in atoms if k == "name"):
-        return True
-    if kind != "load":
-        return False
-    return what in stored if local(what) else any(not local(a) for a in stored)
 
 
 def read_first(body: list[Stmt], live_out: set[str]) -> set[str]:
