@@ -106,9 +106,10 @@ def check_writable(flag: str, path: str | None) -> None:
         raise InputError(f"{flag}: cannot write {path}")
 
 
-def set_threads(threads: int | None, comm: Any) -> int:
+def set_threads(threads: int | None, comm: Any, device: str = "cpu") -> int:
     """Set numba's thread count; by default the cores divided among this node's ranks (``comm`` an mpi4py
-    communicator or ``None``)."""
+    communicator or ``None``). Returns the threads the run reports: on a GPU (``device``) 1, though the
+    host's work (the tape's fills and copies) runs on the threads set too."""
     import numba
 
     available = int(numba.config.NUMBA_NUM_THREADS)  # type: ignore[attr-defined]
@@ -122,7 +123,7 @@ def set_threads(threads: int | None, comm: Any) -> int:
     if threads > available:
         raise InputError(f"--threads: {threads} is more than the {available} available")
     numba.set_num_threads(threads)
-    return threads
+    return threads if device == "cpu" else 1
 
 
 def exit_status(main: Callable[[], int]) -> int:

@@ -252,9 +252,7 @@ def run(args: Any) -> dict[str, Any]:
     from apps.lulesh.hydro import device_bytes
 
     comm = pad.mpi.COMM_WORLD
-    # a GPU rank's host work runs on threads too (the tape's fills and copies): its share of the node's cores
-    host = cli.set_threads(args.threads, comm.mpi)
-    threads = host if args.device == "cpu" else 1
+    threads = cli.set_threads(args.threads, comm.mpi, args.device)
     held = device_bytes(args.s, args.mode, min(args.snapshots or 0, args.i)) + (args.memory or 0)
     need = cli.DeviceNeed(held, f"LULESH -s {args.s} --mode {args.mode}")
     memory = cli.Memory(args.device, comm.mpi, needs=need)

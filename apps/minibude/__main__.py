@@ -97,9 +97,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Run the requested work; rank 0 returns the results, other ranks an empty dict."""
     comm = _comm()
     deck = _load(args)
-    # a GPU rank's host work runs on threads too (the tape's fills and copies): its share of the node's cores
-    host = cli.set_threads(args.threads, comm)
-    threads = host if args.device == "cpu" else 1
+    threads = cli.set_threads(args.threads, comm, args.device)
     ppwi = args.ppwi or (64 if args.device == "cpu" else 4)
     wrt = args.wrt if args.mode == "grad" else None
     dock = Docking(deck, ppwi=ppwi, device=args.device, comm=comm, wrt=wrt)
