@@ -237,6 +237,12 @@ def activity(
     return act
 
 
+def is_local(kinds: dict[str, Kind], array: str) -> bool:
+    """Whether ``array`` is a kernel's own local array (``pad.local_array``): memory nothing else shares."""
+    kind = kinds.get(array)
+    return isinstance(kind, ArrayKind) and kind.local
+
+
 def useful(body: list[Stmt], act: Activity, kinds: dict[str, Kind]) -> Activity:
     """``act`` without the values whose derivatives reach no active global array (backward activity).
 
@@ -245,12 +251,8 @@ def useful(body: list[Stmt], act: Activity, kinds: dict[str, Kind]) -> Activity:
     work (LULESH's repeated EOS evaluations) then has none in the derivative kernels either.
     """
 
-    def local(a: str) -> bool:
-        kind = kinds.get(a)
-        return isinstance(kind, ArrayKind) and kind.local
-
     scalars: set[str] = set()
-    arrays: set[str] = {a for a in act.arrays if not local(a)}
+    arrays: set[str] = {a for a in act.arrays if not is_local(kinds, a)}
     changed = True
     while changed:
         changed = False

@@ -15,7 +15,15 @@ from typing import Any
 
 import numpy as np
 
-from pad.kernel.analysis import FLOATS, NO_DEFINITIONS, Definitions, owned, targets, uniform_add_names
+from pad.kernel.analysis import (
+    FLOATS,
+    NO_DEFINITIONS,
+    Definitions,
+    is_local,
+    owned,
+    targets,
+    uniform_add_names,
+)
 from pad.kernel.ir import (
     ArrayKind,
     Assign,
@@ -321,10 +329,6 @@ def common_subexpressions(body: list[Stmt], types: dict[str, str], kinds: dict[s
         assert isinstance(v, Elem)
         return ("load", v.array, tuple(atoms))
 
-    def local(array: str) -> bool:
-        kind = kinds.get(array)
-        return isinstance(kind, ArrayKind) and kind.local
-
     def block(stmts: list[Stmt]) -> list[Stmt]:
         held: dict[tuple, str] = {}  # a value -> the variable that holds it
         reading: dict[str, set[tuple]] = {}  # a name -> the values that end when it is assigned
@@ -348,7 +352,7 @@ def common_subexpressions(body: list[Stmt], types: dict[str, str], kinds: dict[s
             for n in assigned([s]):
                 end(reading.pop(n, ()))
             for a in stored_arrays([s]) | {x.target for x in walk([s]) if isinstance(x, LocalArray)}:
-                for b in [a] if local(a) else [b for b in loading if not local(b)]:
+                for b in [a] if is_local(kinds, a) else [b for b in loading if not is_local(kinds, b)]:
                     end(loading.pop(b, ()))
             if key is not None and key not in held:
                 assert isinstance(s, Assign)
