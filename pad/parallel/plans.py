@@ -88,8 +88,8 @@ STATS: dict[str, Any] = {
 
 def stats() -> dict[str, Any]:
     """Inspections run (and their seconds), plan validations (and theirs), and per kernel variant its
-    strategy: ``{"kernels": {"k_gather_forces (adjoint)": {"strategy": "in place", "colours": 1,
-    "inspect_s": ...}, ...}}``."""
+    strategy and its segments per colour (the units its threads share): ``{"kernels": {"k_element_forces
+    (adjoint)": {"strategy": "coloured (2)", "segments": [16, 16], "inspect_s": ...}, ...}}``."""
     return {**STATS, "kernels": {k: dict(v) for k, v in STATS["kernels"].items()}}
 
 
@@ -372,23 +372,37 @@ def _inspect(variant: Variant, n: int, args: tuple) -> Plan:
     entry["inspections"] += 1
     entry["inspect_s"] += seconds
     entry["strategy"] = strategy
+    entry["segments"] = np.diff(colours).tolist()
     return made
 
 
 BLOCKS_PER_COLOUR = 16
-"""A colouring of blocks is taken if its colours have this many blocks each, on average (else the blocks
-are halved, down to single launch indices). Blocks start at a ``SLOTS``-th of the launch: large blocks keep
-the adjoint near its time in launch order (the nodes a colour's blocks share with the others' are read again
-when those run; docs/benchmarks.md, "In the code")."""
+"""A colour's blocks are the units its threads share, so a colouring of blocks is taken where its colours
+have this many blocks each, or a multiple (within ``BALANCE``): then 1, 2, 4, 8 or 16 threads share every
+colour evenly (16 threads running a colour of 21 blocks would wait for the five that run two). Of such
+colourings the one of the largest blocks is taken: large blocks keep the adjoint near its time in launch
+order (the nodes a colour's blocks share with the others' are read again when those run; docs/benchmarks.md,
+"In the code"). The block counts tried are ``BLOCKS_PER_COLOUR`` times 1, 2, 3, ... (a structured mesh's
+blocks take their colours in turn, so ``k`` colours of ``BLOCKS_PER_COLOUR * k`` blocks come out even), then
+doubling; where none is even, single launch indices are coloured."""
+
+BALANCE = 0.9
+"""The least share of a colouring's thread time spent running blocks, with ``BLOCKS_PER_COLOUR`` threads."""
 
 SERIAL = 64  # the colour ``runtime.colour`` gives where none is left
 
 
+def _balance(counts: np.ndarray) -> float:
+    """The share of ``BLOCKS_PER_COLOUR`` threads' time that colours of ``counts`` blocks keep busy."""
+    rounds = int((-(-counts // BLOCKS_PER_COLOUR)).sum())
+    return float(counts.sum() / (BLOCKS_PER_COLOUR * rounds)) if rounds else 1.0
+
+
 def _colour(run: Any, n: int, hot: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(order, segments, colours, slots) of a colouring: of blocks of consecutive launch indices, each block
-    run in launch order (what the launch's memory accesses favour), as large as still leaves
-    ``BLOCKS_PER_COLOUR`` blocks per colour; the launch indices that touch an element touched by more than
-    ``MAX_DEGREE`` of them (``hot``) run last, one after the other, on one thread."""
+    run in launch order (what the launch's memory accesses favour), the largest that share out evenly
+    (``BLOCKS_PER_COLOUR``); the launch indices that touch an element touched by more than ``MAX_DEGREE``
+    of them (``hot``) run last, one after the other, on one thread."""
     mask = np.where(hot, ~np.uint64(0), np.uint64(0))
     order, m = NO_ORDER, n
     if hot.any():
@@ -397,15 +411,17 @@ def _colour(run: Any, n: int, hot: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
         serial = probe == SERIAL
         order = np.concatenate([np.flatnonzero(~serial), np.flatnonzero(serial)]).astype(np.int64)
         m = n - int(serial.sum())
-    block = max(1, m // SLOTS)
+    times = 1
     while True:
+        block = max(1, -(-m // (BLOCKS_PER_COLOUR * times)))
         bounds = np.append(np.arange(0, m, block, dtype=np.int64), np.int64(m))
         colour = np.zeros(len(bounds) - 1, np.int64)
         run(1, order, bounds, mask.copy(), colour)
         used = int(colour[colour < SERIAL].max(initial=-1)) + 1
-        if block == 1 or (not (colour == SERIAL).any() and len(colour) >= BLOCKS_PER_COLOUR * used):
+        even = not (colour == SERIAL).any() and _balance(np.bincount(colour, minlength=used)) >= BALANCE
+        if block == 1 or even:
             break
-        block //= 2
+        times += 1 if times < 8 else times
     by_colour = np.argsort(colour, kind="stable")
     if block == 1:  # single launch indices: put them in colour order, those left without one last
         ordered = (np.arange(m) if order is NO_ORDER else order[:m])[by_colour]
