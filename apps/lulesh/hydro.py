@@ -56,16 +56,18 @@ def default_parameters(nx: int, tp: int) -> dict[str, float]:
 
 
 DEVICE_BYTES = {
-    "primal": (478, 86, 174),
-    "grad": (948, 316, 440),
-    "sensitivity": (924, 365, 488),
-    "snapshot": (370, 71, 114),
+    "primal": (478, 86, 23, 174),
+    "grad": (948, 316, 63, 440),
+    "sensitivity": (924, 365, 63, 488),
+    "snapshot": (370, 71, 0, 114),
 }
-"""Device bytes of one rank's run per element, per node and once, by mode, and of each state snapshot that a
-whole-run gradient holds: the most device arrays alive at once in one-rank runs on numba's simulator at -s 3,
-4, 5 and 6 (two cycles, three for the snapshots, Python's garbage collector off, so that a cycle's garbage
-counts until the next one), fitted by these three terms to within 10 bytes (the gradient's
-within 0.05%, 165 bytes at -s 6)."""
+"""Device bytes of one rank's run per element, per node, per slot of the ``delv`` arrays' blocks for the
+three upper faces (ghost or zero blocks, ``nx * nx`` slots each) and once, by mode, and of each state
+snapshot that a whole-run gradient holds: the most device arrays alive at once in one-rank runs on numba's
+simulator at -s 3, 4, 5 and 6 (two cycles, three for the snapshots, Python's garbage collector off, so that a
+cycle's garbage counts until the next one), fitted by the other three terms to within 10 bytes (the
+gradient's within 0.05%, 165 bytes at -s 6) before the zero blocks came, whose slots' bytes were then fitted
+alone (the gradient's by its runs, its whole-run sensitivity's taken equal)."""
 
 HALO_BYTES = 384
 """Device bytes per node of a block's six faces: the halo exchanges' message buffers, in a gradient with
@@ -78,8 +80,8 @@ def device_bytes(nx: int, mode: str, snapshots: int = 0) -> int:
     elements, nodes = nx**3, (nx + 1) ** 3
 
     def bytes_of(what: str) -> int:
-        per_element, per_node, once = DEVICE_BYTES[what]
-        return per_element * elements + per_node * nodes + once
+        per_element, per_node, per_face_slot, once = DEVICE_BYTES[what]
+        return per_element * elements + per_node * nodes + per_face_slot * 3 * nx**2 + once
 
     held = snapshots * bytes_of("snapshot") if mode == "sensitivity" else 0
     return bytes_of(mode) + held + HALO_BYTES * 6 * (nx + 1) ** 2
@@ -166,7 +168,7 @@ class Hydro:
         self.qq = put(np.zeros(nelem))
         self.ql = put(np.zeros(nelem))
         self.delx = put(np.zeros((3, nelem)))
-        self.delv_grad = put(np.zeros((3, mesh.ndelv)))  # ghosts and a zero slot after the elements
+        self.delv_grad = put(np.zeros((3, mesh.ndelv)))  # ghost and zero blocks after the elements
         self.e_new = put(np.zeros(nelem))
         self.p_new = put(np.zeros(nelem))
         self.q_new = put(np.zeros(nelem))

@@ -4,12 +4,15 @@ One rank holds an ``nx``-cube of hexahedral elements (``(nx + 1)**3`` nodes) of 
 over ``[0, 1.125]**3``, ``tp**3`` ranks in all. Nodes are numbered ``(plane * (nx+1) + row) * (nx+1) + col``
 and elements ``(plane * nx + row) * nx + col``, as the original numbers them; ``plane, row, col`` are z, y, x.
 
-Element-centred arrays that monotonic Q reads at neighbours (``delv``) have ghost slots after the rank's
-elements, one ``nx * nx`` block per face neighbour (in the original's order: plane min, plane max, row min,
-row max, col min, col max), and one slot that always holds zero. Each element's six neighbour pointers
-``neighbours[:, d]`` point at the neighbouring element, at a ghost slot (a neighbour rank's element), at
-the element itself (a symmetry plane) or at the zero slot (the free surface): the original's boundary
-condition masks, resolved once.
+Element-centred arrays that monotonic Q reads at neighbours (``delv``) have, after the rank's elements, one
+``nx * nx`` block per face: a ghost block per face neighbour (in the original's order: plane min, plane max,
+row min, row max, col min, col max), then a zero block per free surface, which nothing writes. Each
+element's six neighbour pointers ``neighbours[:, d]`` point at the neighbouring element, at a ghost slot (a
+neighbour rank's element), at the element itself (a symmetry plane) or at its own zero slot (the free
+surface): the original's boundary condition masks, resolved once. Zero slots of their own, rather than one
+that every free-surface element reads, leave the adjoint's adds to them apart, so its scatter runs in
+parallel colours like the rest (pad/parallel/plans.py), and a GPU's atomic adds do not queue at one
+address.
 
 Regions are drawn as the original draws them, with C's ``rand()`` after ``srand(rank)``
 (:class:`GlibcRand` reproduces glibc's generator), so ``-r``, ``-b`` and ``-c`` give the original's work.
@@ -118,6 +121,7 @@ class Mesh:
     rep: np.ndarray  # (nelem,) EOS repetitions
     coords: np.ndarray  # (3, nnode) initial x, y, z
     face_links: list  # monotonic Q's ghost exchange: (rank, send elements, ghost slots, tags)
+    ndelv: int  # length of a ``delv`` array: elements, ghost blocks, zero blocks
 
     @property
     def nelem(self) -> int:
@@ -126,11 +130,6 @@ class Mesh:
     @property
     def nnode(self) -> int:
         return (self.nx + 1) ** 3
-
-    @property
-    def ndelv(self) -> int:
-        """Length of a ``delv`` array: elements, ghost blocks, the zero slot."""
-        return self.nelem + len(self.face_links) * self.nx**2 + 1
 
     @property
     def at_origin(self) -> bool:
@@ -188,14 +187,17 @@ def build(nx: int, size: int, rank: int, nregions: int, balance: int, cost: int)
 
     elem = np.arange(nelem)
     face_links = []
-    ghost = nelem
-    ghost_base = {}
+    block = nelem
+    ghost_base, zero_base = {}, {}
     for d, off in enumerate(FACES):
         where = loc + off
         if np.all((where >= 0) & (where < tp)):
-            ghost_base[d] = ghost
-            ghost += e * e
-    zero_slot = ghost
+            ghost_base[d] = block
+            block += e * e
+    for d, off in enumerate(FACES):
+        if d not in ghost_base and max(off) > 0:
+            zero_base[d] = block
+            block += e * e
     position = (ek, ej, ei)
     neighbours = np.empty((6, nelem), INDEX)
     for d, (axis, sign) in enumerate(((2, -1), (2, 1), (1, -1), (1, 1), (0, -1), (0, 1))):
@@ -209,7 +211,7 @@ def build(nx: int, size: int, rank: int, nregions: int, balance: int, cost: int)
         elif sign < 0:
             boundary = elem  # symmetry plane: the element itself
         else:
-            boundary = np.full(nelem, zero_slot)  # free surface: the slot that holds zero
+            boundary = zero_base[face] + slot  # free surface: the element's own slot that holds zero
         neighbours[d] = np.where(inside, elem + sign * stride, boundary)
     for face, base_slot in ghost_base.items():
         off = FACES[face]
@@ -241,4 +243,5 @@ def build(nx: int, size: int, rank: int, nregions: int, balance: int, cost: int)
         rep=repetitions(region, nregions, cost),
         coords=coords,
         face_links=face_links,
+        ndelv=block,
     )

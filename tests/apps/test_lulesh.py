@@ -107,6 +107,21 @@ def _hydro(nx: int = 4) -> tuple[H.Hydro, H.State]:
     return h, s
 
 
+@pytest.mark.parametrize(("size", "rank"), [(1, 0), (8, 0), (8, 7)])
+def test_free_surface_elements_read_zero_slots_of_their_own(size, rank):
+    """Neighbour pointers: an element inside, a ghost slot (linked face), the element itself (symmetry
+    plane), or on a free surface a zero slot no other element reads, past the ghost blocks."""
+    nx = 4
+    m = M.build(nx, size, rank, 11, 1, 1)
+    ghosts = {slot for *_, slots, _, _ in m.face_links for slot in range(slots.start, slots.stop)}
+    beyond = m.neighbours[m.neighbours >= m.nelem]
+    zeros = beyond[~np.isin(beyond, sorted(ghosts))]
+    free_faces = sum(1 for d in (1, 3, 5) if not any(link[3] == d for link in m.face_links))
+    assert len(zeros) == len(np.unique(zeros)) == free_faces * nx * nx  # each read by one element
+    assert m.ndelv == m.nelem + (len(m.face_links) + free_faces) * nx * nx
+    assert (zeros >= m.nelem + len(m.face_links) * nx * nx).all() and (zeros < m.ndelv).all()
+
+
 def test_one_and_two_threads_agree_bitwise():
     states = []
     before = numba.get_num_threads()

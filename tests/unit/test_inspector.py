@@ -198,7 +198,7 @@ def test_an_arbitrary_many_to_one_map_passes_check_grad():
 
 
 def test_an_element_every_index_touches_runs_last_on_one_thread():
-    """A sentinel that many launch indices point at (LULESH's zero slot) must not serialize the rest."""
+    """A sentinel that many launch indices point at (a boundary's shared zero slot) must not serialize the rest."""
     rng = np.random.default_rng(4)
     n = 3000
     nodes = hex_nodes(n)
