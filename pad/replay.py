@@ -55,12 +55,13 @@ def quiet_span() -> object | None:
 
 
 class Recording:
-    """The work of one call of a step, each piece as a function that redoes it. ``alone``: the record is
-    replayed where this rank alone decides (a checkpointed loop's step), so an operation that communicates
-    with other ranks refuses it (the ranks running the step live would number their messages on)."""
+    """The work of one call of a step, each piece as a function that redoes it. ``ranks``: how many ranks
+    agree on each replay (a checkpointed loop's step: its communicator's; None for ``pad.graph``, whose steps
+    every rank calls): an operation that communicates over more refuses the record (ranks running the step
+    live would number their messages on while the others replayed theirs)."""
 
-    def __init__(self, alone: bool = False) -> None:
-        self.alone = alone
+    def __init__(self, ranks: int | None = None) -> None:
+        self.ranks = ranks
         self.entries: list[Callable[[], Any]] = []
         self.quiet: list[bool] = []  # per entry, ``add``'s ``quiet``
         self.device: list[bool] = []  # per entry, ``add``'s ``cupy``

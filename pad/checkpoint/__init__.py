@@ -28,11 +28,12 @@ Python between them (count steps in the condition, which runs before every step 
 on the device): unrecorded steps and adjoint steps (a step recorded and reversed at once, as Revolve and
 Mixed end each gap) are then replayed from a record of an earlier one of the same kind and phase
 (``pad.graph``'s records; on a GPU one CUDA graph), without the step's and the tape's Python. A step whose
-work cannot be replayed (communication over several ranks, tasks) runs as it is. On a GPU, where a replay
-costs microseconds and a recorded step the tape's Python per operation, a memory budget then keeps
-snapshots, not records: each step is recomputed once from its own snapshot where they all fit (the
-snapshots are whole copies, made safe before the step, since a replay runs without the write observer:
-each one kernel launch into one buffer, and one back to restore it).
+work cannot be replayed (tasks, receives from any rank) runs as it is; the ranks of a loop that communicates
+agree on each replay, so a step that exchanges messages is replayed on all of them, messages included. On a
+GPU, where a replay costs microseconds and a recorded step the tape's Python per operation, a memory budget
+then keeps snapshots, not records: each step is recomputed once from its own snapshot where they all fit
+(the snapshots are whole copies, made safe before the step, since a replay runs without the write
+observer: each one kernel launch into one buffer, and one back to restore it).
 
 ``segment`` keeps only its inputs (copied only if something later overwrites them) and recomputes ``fn`` in
 the reverse pass. Outside ``autodiff`` all three are plain calls; in ``fwddiff`` they carry tangents.

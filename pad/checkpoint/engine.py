@@ -138,6 +138,13 @@ class Options:
     comm: Any = None  # the communicator whose ranks decide alike (None: learned from the steps' records)
 
 
+_LIVE, _RECORD, _REPLAY = 0, 1, 2
+"""A step's choice (``Loop._replayed``); the ranks of a loop take the least of theirs."""
+_REFUSED, _UNSURE, _WORTH = 0, 1, 2
+"""A step's record: never replayable, not now (it made arrays: the next step of its phase is recorded
+again), or to replay."""
+
+
 @dataclass
 class _Replay:
     """The device work of an adjoint step (step ``t`` recorded and reversed at once), and the memory it
@@ -158,7 +165,7 @@ class Loop:
         self.stats.memory = opts.memory
         self._folder: str | None = None
         self.store = Store(ctx, folder=self.folder, spares=opts.memory is None)
-        self.layout = Layout(args)
+        self.layout = Layout(args, ctx.is_scratch)
         self.records: dict[int, list[Any]] = _Records(self._forget)
         # the copies the recorded steps' kept values hold (measured): each step's account lies within it
         self.kept = tape.Account()
@@ -269,27 +276,41 @@ class Loop:
         waiting on its writes, no shadow made, no state array found, no earlier step's kept value copied)
         is recorded, and later steps of that kind and phase replay it (on a GPU as one CUDA graph) without
         the step's and the tape's Python, while no kept value lies in memory it writes.
+
+        Ranks of a loop that communicates (its communicator spans several) agree on each choice, replay,
+        record or run as it is, and on each record's worth: a step replayed on every rank repeats the
+        messages it recorded on every rank, so the step's messages may be recorded with it.
         """
         key = (kind, self.opts.replay(t))  # type: ignore[misc]
         done = self.replays.get(key)
-        if done is not None and self.store.quiet() and self._free_of_kept(done):
+        quiet = self.store.quiet()
+        agreeing = self._ranks() > 1
+        if done is not None and quiet and self._free_of_kept(done):
+            choice = _REPLAY
+        else:
+            choice = _RECORD if key not in self.replays and quiet else _LIVE
+        if agreeing:
+            choice = self._agree(choice)
+        if choice == _REPLAY:
             self.stats.steps += 1
             if kind == "adjoint":
                 self.stats.replayed += 1
             else:
                 self.stats.replayed_forward += 1
             self.store.begin_step()
-            done.work.replay()
+            done.work.replay()  # type: ignore[union-attr]
             self.store.end_step()
             self.progress += progress
             self.track()
             return
-        if key in self.replays or not self.store.quiet():
+        if choice == _LIVE:
             run()
+            if not agreeing and self._ranks() > 1:
+                self._agree(_UNSURE)  # the ranks that recorded this step learnt of the others only now
             return
         ctx, store = self.ctx, self.store
         zeroed, joined, live = ctx.zeroed, store.joined, ctx.live_kept()
-        work, written = Recording(alone=True), dict[int, tuple]()
+        work, written = Recording(ranks=self._ranks()), dict[int, tuple]()
 
         def note(targets: list[Any], _: Any) -> None:
             for a in targets:
@@ -299,10 +320,23 @@ class Loop:
         with work.making(), ctx.before_writes(note):
             run()
         clean = ctx.zeroed == zeroed and store.joined == joined and live <= ctx.live_kept()
-        if work.why is None and clean:
+        worth = _REFUSED if work.why is not None else _WORTH if clean else _UNSURE
+        if self._ranks() > 1:
+            worth = self._agree(worth)
+        if worth == _WORTH:
             self.replays[key] = _Replay(work, list(written.values()))
-        elif work.why is not None:
+        elif worth == _REFUSED:
             self.replays[key] = None  # its device work cannot be replayed: it runs as it is from now on
+
+    def _ranks(self) -> int:
+        """How many ranks the loop's communicator spans (1 where none is known)."""
+        return 1 if self.comm is None else self.comm.Get_size()
+
+    def _agree(self, value: int) -> int:
+        """The least of ``value`` over the loop's ranks."""
+        from mpi4py import MPI
+
+        return int(self.comm.allreduce(value, op=MPI.MIN))  # type: ignore[union-attr]
 
     def _free_of_kept(self, done: _Replay) -> bool:
         """Whether no kept value lies in memory ``done`` writes (cached while the kept values stay)."""

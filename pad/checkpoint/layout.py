@@ -53,20 +53,25 @@ def reachable(fn: Callable[..., Any], name: str = "") -> list[tuple[str, Any]]:
 
 
 class Layout:
-    """The identity and shape of every array among a loop's arguments, checked after each step."""
+    """The identity and shape of every array among a loop's arguments, checked after each step, but for
+    ``scratch`` ones (message buffers an object among them keeps for its next use: a ``pad.mpi.Halo``'s),
+    which a step may mark as such only as it runs."""
 
-    def __init__(self, args: tuple) -> None:
-        self._args = args
+    def __init__(self, args: tuple, scratch: Callable[[Any], bool]) -> None:
+        self._args, self._scratch = args, scratch
         self._seen = self._now()
 
-    def _now(self) -> list[tuple[str, int, tuple]]:
-        return [(p, id(a), tuple(a.shape)) for p, a in arrays_in(self._args, "args")]
+    def _now(self) -> list[tuple[str, Any, tuple]]:
+        return [(p, a, tuple(a.shape)) for p, a in arrays_in(self._args, "args")]
+
+    def _state(self, found: list[tuple[str, Any, tuple]]) -> list[tuple[str, int, tuple]]:
+        return [(p, id(a), shape) for p, a, shape in found if not self._scratch(a)]
 
     def check(self, t: int) -> None:
-        now = self._now()
-        if now == self._seen:
+        now, seen = self._state(self._now()), self._state(self._seen)
+        if now == seen:
             return
-        for (path, ident, shape), (_, ident2, shape2) in zip(self._seen, now, strict=True):
+        for (path, ident, shape), (_, ident2, shape2) in zip(seen, now, strict=False):
             if shape != shape2:
                 raise ValueError(
                     f"pad.checkpoint: step {t} changed the shape of {path} from {shape} to {shape2}; "

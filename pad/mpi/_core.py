@@ -397,9 +397,10 @@ def _refused(comm: Comm, name: str, ctx: tape.Context | None, args: tuple, kwarg
     if name in ("Split", "Dup", "Free"):
         record.refuse(f"it makes or frees a communicator ({name}), which a replay could not")
         return
-    if record.alone and comm._size > 1:
+    if record.ranks is not None and comm._size > record.ranks:
         record.refuse(
-            f"it communicates ({name} on {comm._size} ranks) in a step each rank decides alone to replay or not"
+            f"it communicates ({name} on {comm._size} ranks) in a step that {record.ranks} rank(s) decide to "
+            "replay or not"
         )
         return
     if ctx is not None and not ctx.reverse_mode:

@@ -13,8 +13,10 @@ any NumPy index of the block's axes (a tuple of slices, or an integer index arra
 ``None`` where nothing is sent or received. Leading axes of ``a`` beyond the block's are fields: a
 ``(3, *block)`` array moves its three fields in one message per neighbour.
 An exchange packs every outgoing region into one contiguous buffer and receives into another, the messages
-being views of them. Device arrays whose messages pad would stage through host memory (an MPI that is not
-CUDA-aware) cross to a page-locked host buffer in one copy each way per exchange, not one per message.
+being views of them; the ``Halo`` keeps both for its next exchange of those sizes, so a step that exchanges
+makes no new arrays once it has run (a checkpointed loop replays such a step: pad/checkpoint/engine.py).
+Device arrays whose messages pad would stage through host memory (an MPI that is not CUDA-aware) cross to
+a page-locked host buffer in one copy each way per exchange, not one per message.
 Differentiation: packing is a gather (adjoint: add back), a staged copy's adjoint is the reverse copy (so the
 reverse pass crosses once each way too), the messages are pad's Isend/Irecv, unpacking adds (adjoint: the
 shadow is read back) or copies (adjoint: read back, then zeroed).
@@ -23,6 +25,7 @@ shadow is read back) or copies (adjoint: read back, then zeroed).
 from __future__ import annotations
 
 import itertools
+import threading
 from typing import Any
 
 import numpy as np
@@ -59,6 +62,7 @@ class Halo:
         self.links = links
         self.shared = shared
         self._staging: dict[tuple[str, int, str], np.ndarray] = {}
+        self._buffers: dict[tuple, Any] = {}
 
     @classmethod
     def structured(
@@ -129,9 +133,9 @@ class Halo:
         if ctx is not None:
             a = ctx.writable(a)  # an array under differentiation is read-only to the program
         send_regions, recv_regions = [r for _, _, r in sends], [r for _, _, r in recvs]
-        out, send_shapes = _pack(ctx, a, send_regions)
-        recv_shapes = [a[r].shape for r in recv_regions]
-        into = _buffer(ctx, a, recv_shapes)
+        send_shapes, recv_shapes = [a[r].shape for r in send_regions], [a[r].shape for r in recv_regions]
+        out, into = self._buffer(ctx, a, "out", send_shapes), self._buffer(ctx, a, "in", recv_shapes)
+        _pack(ctx, a, send_regions, out, send_shapes)
         # device buffers that the messages would stage one by one cross to the host and back once, whole
         staged = arrays.is_device(a) and not hands_over(self.comm, ctx, "Isend")
         wire_out, wire_in = (self._host("out", out), self._host("in", into)) if staged else (out, into)
@@ -152,6 +156,24 @@ class Halo:
         if staged and into.size:
             copy_staged(ctx, wire_in, into)
         _unpack(ctx, a, recv_regions, into, recv_shapes, op == "sum")
+
+    def _buffer(self, ctx: tape.Context | None, a: Any, which: str, shapes: list[tuple[int, ...]]) -> Any:
+        """The contiguous buffer in ``a``'s memory for regions of these shapes, one after another (``which``:
+        "out" or "in"), kept for this thread's next exchange of that size. Under differentiation its shadow is
+        made when the context first sees it, so that its views' shadows (the messages') are views of it, and
+        it is marked as scratch: no state that a checkpointed loop snapshots or saves. Reusing it is safe: an
+        exchange is done with both buffers when it returns, and each exchange's adjoint leaves their shadows
+        zero (unpacking reads the receive buffer's shadow, which its message's adjoint sends and zeroes;
+        packing adds the send buffer's back and zeroes it)."""
+        size = sum(int(np.prod(shape)) for shape in shapes)
+        key = (which, threading.get_ident(), type(a), a.dtype.str, size)
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = self._buffers[key] = arrays.empty(a, (size,), a.dtype)
+        if ctx is not None:
+            ctx.shadow(buf)
+            ctx.scratch(buf)
+        return buf
 
     def _host(self, which: str, buf: Any) -> np.ndarray:
         """The host array that stages device buffer ``buf`` (``which``: "out" or "in"): page-locked, kept for
@@ -180,19 +202,8 @@ def _at(region: Region) -> tuple:
     return (Ellipsis, *region) if isinstance(region, tuple) else (Ellipsis, region)
 
 
-def _buffer(ctx: tape.Context | None, a: Any, shapes: list[tuple[int, ...]]) -> Any:
-    """A new contiguous buffer in ``a``'s memory for regions of these shapes, one after another. Under
-    differentiation its shadow is made now, so that its views' shadows (the messages') are views of it,
-    and it is marked as scratch: no state that a checkpointed loop snapshots or saves."""
-    buf = arrays.empty(a, (sum(int(np.prod(shape)) for shape in shapes),), a.dtype)
-    if ctx is not None:
-        ctx.shadow(buf)
-        ctx.scratch(buf)
-    return buf
-
-
 def _views(buf: Any, shapes: list[tuple[int, ...]]) -> list[Any]:
-    """The regions of ``buf`` (see ``_buffer``), shaped."""
+    """The regions of ``buf`` (see ``Halo._buffer``), shaped."""
     views, at = [], 0
     for shape in shapes:
         n = int(np.prod(shape))
@@ -201,11 +212,11 @@ def _views(buf: Any, shapes: list[tuple[int, ...]]) -> list[Any]:
     return views
 
 
-def _pack(ctx: tape.Context | None, a: Any, regions: list[tuple]) -> tuple[Any, list[tuple[int, ...]]]:
-    """``a``'s regions gathered into one new buffer (``_buffer``), and their shapes. Tangent: the same
-    gather; adjoint: add back, zero."""
-    shapes = [a[region].shape for region in regions]
-    out = _buffer(ctx, a, shapes)
+def _pack(
+    ctx: tape.Context | None, a: Any, regions: list[tuple], out: Any, shapes: list[tuple[int, ...]]
+) -> None:
+    """``a``'s regions gathered into ``out`` (``Halo._buffer``; ``shapes``: theirs). Tangent: the same gather;
+    adjoint: add back, zero."""
     views = _views(out, shapes)
 
     def gather() -> None:
@@ -215,13 +226,13 @@ def _pack(ctx: tape.Context | None, a: Any, regions: list[tuple]) -> tuple[Any, 
     redone(current_phase(ctx), gather, (a,), enqueues=True)
     da = None if ctx is None else ctx.shadow(a)
     if ctx is None or da is None:
-        return out, shapes
+        return
     dout = float_shadow(ctx, out)
     douts = _views(dout, shapes)
     if not ctx.reverse_mode:
         for region, dview in zip(regions, douts, strict=True):
             dview[...] = da[region]
-        return out, shapes
+        return
 
     def reverse() -> None:
         for region, dview in zip(regions, douts, strict=True):
@@ -229,7 +240,6 @@ def _pack(ctx: tape.Context | None, a: Any, regions: list[tuple]) -> tuple[Any, 
         arrays.zero(dout)
 
     ctx.record(Adjoint(reverse, device=arrays.is_cupy(a)))
-    return out, shapes
 
 
 def _unpack(
