@@ -14,6 +14,7 @@ import ctypes
 import functools
 import inspect
 import os
+import threading
 import weakref
 import zlib
 from collections.abc import Callable
@@ -88,6 +89,7 @@ class Comm:
         self._check = np.empty(2, np.int64)  # agree()'s buffer
         self._born_in: Any = None  # weak reference to the autodiff context that created it, if any
         self._free_pending = False
+        self._staging: dict[tuple, np.ndarray] = {}  # host buffers of blocking ops' device arguments
 
     def wire(self, stage: str, op: str, adj: str = "", private: bool = True, tag: int | None = None) -> Wire:
         """This communicator's private one (``private=False``: the user's), accounting for its calls as
@@ -869,7 +871,10 @@ def _staged(
     comm: Comm, ctx: tape.Context | None, name: str, impl: Callable[..., Any], args: tuple, kwargs: dict
 ) -> Any:
     """Run an op whose buffers may be device arrays (CuPy or numba's): copy them to host, run, copy back
-    (differentiably)."""
+    (differentiably). A blocking op's host buffers are the communicator's, kept for this thread's next call
+    of that op with arguments alike (done with when the call returns, adjoints included), so that a step
+    that communicates makes no new arrays once it has run (a checkpointed loop replays such a step); a
+    non-blocking op's are its own, since another may start before it completes."""
     if ctx is not None:
         state(ctx)  # marks the context as one that communicates
         if ctx.protected:  # arrays under differentiation, read-only to the program: receive into aliases
@@ -878,13 +883,21 @@ def _staged(
     if not _on_device(args, kwargs):
         return impl(comm, ctx, *args, **kwargs)
     direct(comm)  # logs the choice
+    blocking = not (name[0] == "I" and name[1:2].isupper())
     copies: list[tuple[Any, np.ndarray]] = []
 
-    def host(a: Any) -> Any:
+    def host(a: Any, where: int | str) -> Any:
         if not arrays.is_device(a):
             return a
-        h = np.empty(a.shape, a.dtype)
-        _cross(ctx, a, h)
+        key = (name, where, threading.get_ident(), a.shape, a.dtype.str)
+        h = comm._staging.get(key) if blocking else None
+        if h is None:
+            h = np.empty(a.shape, a.dtype)
+            if blocking:
+                comm._staging[key] = h
+        if ctx is not None:
+            ctx.scratch(h)
+        copy_staged(ctx, a, h)  # a value kept of its last call is copied first
         copies.append((a, h))
         return h
 
@@ -892,8 +905,8 @@ def _staged(
         for d, h in copies:
             copy_staged(ctx, h, d)
 
-    hargs = tuple(host(a) for a in args)
-    hkwargs = {k: host(v) for k, v in kwargs.items()}
+    hargs = tuple(host(a, k) for k, a in enumerate(args))
+    hkwargs = {k: host(v, k) for k, v in kwargs.items()}
     result = plain(comm, name, hargs, hkwargs) if ctx is None else impl(comm, ctx, *hargs, **hkwargs)
     if isinstance(result, MPI.Request):
         return Request([result], [back])
@@ -913,15 +926,10 @@ def _writable(ctx: tape.Context, buf: Any) -> Any:
 
 def copy_staged(ctx: tape.Context | None, src: Any, dst: Any) -> None:
     """``dst[...] = src`` between device and host memory (one transfer of the whole array where both are
-    contiguous), counted in ``pad.mpi.stats()`` and differentiated."""
+    contiguous): counted in ``pad.mpi.stats()``, added to the record a ``pad.graph`` step is making, and
+    differentiated."""
     if ctx is not None:
         ctx.will_write([dst])
-    _cross(ctx, src, dst)
-
-
-def _cross(ctx: tape.Context | None, src: Any, dst: Any) -> None:
-    """Copy ``src`` into ``dst``, one in device and one in host memory: accounted for as staged, added to the
-    record a ``pad.graph`` step is making, and differentiated."""
     phase = current_phase(ctx)
     redone(phase, functools.partial(_staged_copy, phase, src, dst), (dst,))
     if ctx is not None and dst.dtype.kind == "f":

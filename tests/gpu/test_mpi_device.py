@@ -62,7 +62,8 @@ def test_a_halo_exchange_of_a_device_array_crosses_to_the_host_once_each_way(awa
 def test_replayed_multi_rank_steps_of_device_arrays_equal_live_ones(aware, how):
     """3 ranks: a step of halo exchanges, messages and Allreduces of device arrays, and a step of its
     gradient, each replayed by pad.graph (recorded once) equal the live calls, arrays, messages and
-    counts (mpi_device_graph.py compares them), staged through host memory or handed to MPI."""
+    counts (mpi_device_graph.py compares them), staged through host memory or handed to MPI. A checkpointed
+    loop of such steps replays them on every rank, to the gradient without replays."""
     out = _ranks("mpi_device_graph.py", 3, aware)
     assert out["transport"]["device_buffers"] == how
     for rank in out["ranks"]:
@@ -71,6 +72,7 @@ def test_replayed_multi_rank_steps_of_device_arrays_equal_live_ones(aware, how):
         # inside autodiff the Allreduces stage their device buffers either way, the messages only when staged
         assert (rank["plain"]["staged"] > 0) == (how == "staged") and rank["gradient"]["staged"] > 0, rank
         assert rank["calls"] == [2, 6], rank  # recorded once each; the live steps ran every call
+        assert rank["loop"]["replayed"] > 0 and rank["loop"]["same"], rank["loop"]
 
 
 def _ranks(script: str, ranks: int, aware: str) -> dict:
