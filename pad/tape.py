@@ -536,9 +536,10 @@ class Context:
                         continue
                     for k, kept in list(group.items()):
                         if arrays.overlap(kept.extent, span):
-                            kept.array = self._copy(kept.array)
-                            kept.copied = True
-                            self._count_kept(kept.array, kept.account)
+                            if kept.users > 0:  # one whose adjoints have all run is let go, not copied
+                                kept.array = self._copy(kept.array)
+                                kept.copied = True
+                                self._count_kept(kept.array, kept.account)
                             del self._live[k], group[k]
                             self.live_version += 1
                 if self._unaliased[0] != self.live_version:
@@ -546,15 +547,18 @@ class Context:
                 self._unaliased[1].add(span)
 
     def live_kept(self) -> set[int]:
-        """Identities of the kept values not yet copied (a later write to their arrays copies them)."""
+        """Identities of the kept values not yet copied that an adjoint still needs (a later write to their
+        arrays copies them)."""
         with self._lock:
-            return {id(k) for k in self._live.values()}
+            return {id(k) for k in self._live.values() if k.users > 0}
 
     def keeps_within(self, extents: Iterable[tuple]) -> bool:
-        """Whether a kept value not yet copied shares memory with one of ``extents`` (``arrays.extent``)."""
+        """Whether a kept value not yet copied that an adjoint still needs shares memory with one of
+        ``extents`` (``arrays.extent``)."""
         spans = list(extents)
         with self._lock:
-            return any(arrays.overlap(k.extent, span) for k in self._live.values() for span in spans)
+            live = [k for k in self._live.values() if k.users > 0]
+            return any(arrays.overlap(k.extent, span) for k in live for span in spans)
 
     def _count_kept(self, copy: Any, account: Account | None) -> None:
         """Add a kept value's private copy to ``kept_bytes`` (and its account's) until the copy is freed."""

@@ -299,6 +299,24 @@ def test_a_launch_keeps_only_the_values_its_adjoint_reads(monkeypatch):
         assert copies == ([(n,)] if active else [])  # x's old values, for a's derivative alone
 
 
+def test_a_kept_value_whose_adjoints_have_run_is_let_go_not_copied(monkeypatch):
+    """A value kept for adjoints is copied when its array is overwritten while one of them has yet to run,
+    and let go without a copy once all have (a checkpointed loop's reversed steps left theirs among the
+    kept values, copied at the next step's first write: a step never looked clean enough to replay)."""
+    copies: list[tuple] = []
+    real = pad.tape.Context._copy
+    monkeypatch.setattr(pad.tape.Context, "_copy", lambda self, a: copies.append(a.shape) or real(self, a))
+    ctx = pad.tape.Context(reverse_mode=True)
+    x, y = np.arange(4.0), np.arange(3.0)
+    needed, done = ctx.keep(x), ctx.keep(y)
+    done.release()
+    assert ctx.live_kept() == {id(needed)} and not ctx.keeps_within([pad.arrays.extent(y)])
+    ctx.will_write([x, y])
+    x[...], y[...] = -1.0, -1.0
+    assert copies == [(4,)] and needed.copied and not done.copied
+    assert np.array_equal(needed.value, np.arange(4.0)) and ctx.live_kept() == set()
+
+
 def test_a_full_stack_grows_to_twice_its_room_keeping_what_it_holds():
     from pad.kernel import runtime
 
