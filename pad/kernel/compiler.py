@@ -34,8 +34,10 @@ from pad.kernel.analysis import (
     varying,
 )
 from pad.kernel.emit import (
+    BLOCK,
     CUDA_MODULE_HEADER,
     MODULE_HEADER,
+    PRIMAL_BLOCK,
     Launcher,
     Printer,
     cuda_kernel_source,
@@ -112,6 +114,7 @@ class Variant:
     privates: list[tuple[str, int]] = field(default_factory=list)  # ("primal"|"shadow", position) per buffer
     overwrites: dict[int, int] = field(default_factory=dict)  # 1-D arrays never read, a[i + offset] stored
     target: str = "cpu"  # "cpu" (numba threads) or "cuda"
+    block: int = BLOCK  # CUDA: threads per block, which the kernel's per-block sums assume
     kernel: str = ""  # the kernel's name, for messages
     fuses: bool = False  # mode "fused": this variant makes the primal outputs too (see pad.autodiff(fuse=))
     # CUDA adjoints: tape slots per launch index when known at compile time, else a kernel that bounds them
@@ -375,6 +378,7 @@ def _cuda(k: Analysed, t: Transformed, variant: Variant, origin: str, fastmath: 
     body = converge(t.body, uniform_adds, k.low.namer, k.types, k.low.kinds)
     body = sink(body, uniform_adds, k.low.namer, k.types, k.low.kinds)
     body, types, init = _readable(body, k.low, k.types, t.init, set(t.launcher.accumulators), fastmath)
+    variant.block = BLOCK if t.rev is not None else PRIMAL_BLOCK
     source, variant.shares_loops = cuda_kernel_source(
         t.launcher,
         k.launch_index,
@@ -386,6 +390,7 @@ def _cuda(k: Analysed, t: Transformed, variant: Variant, origin: str, fastmath: 
         varying(body, k.launch_index, written),
         adjoint=t.rev is not None,
         sites=variant.sites,
+        block=variant.block,
     )
     imports = "\n    checked," if checked else ""
     tables = tables_source(k.low.tables)

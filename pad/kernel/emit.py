@@ -483,7 +483,8 @@ def _literal(x: object) -> str:
 
 
 # ---------------------------------------------------------------------------------------------- CUDA
-BLOCK = 128  # threads per block of every generated CUDA kernel
+BLOCK = 128  # threads per block of a generated CUDA adjoint (and of the kernel bounding its tape)
+PRIMAL_BLOCK = 64  # of a primal or tangent kernel: more, smaller blocks (docs/benchmarks.md)
 _CUDA_CAST = {"f4": "np.float32({})", "f8": "{}", "i": "int({})", "b": "({} != 0)"}
 
 
@@ -673,13 +674,15 @@ def cuda_kernel_source(
     share_loops: bool = True,
     adjoint: bool = False,
     sites: list[tuple[Line | None, str]] | None = None,
+    block: int = BLOCK,
 ) -> tuple[str, bool]:
     """The Python source of a ``@cuda.jit`` kernel running ``body`` for one launch index per thread, or per
     group of ``_G`` threads where its innermost sum loops can be shared (:func:`split_loops`): a launch of few
     indices then still fills the GPU.
 
-    Active scalars' adjoints are summed per block in shared memory, then added to ``_act`` atomically:
-    one atomic per block, not per thread. ``sites``: as for ``launcher_source`` (numba's simulator only).
+    Active scalars' adjoints are summed per block (of ``block`` threads, which the launch must use) in shared
+    memory, then added to ``_act`` atomically: one atomic per block, not per thread. ``sites``: as for
+    ``launcher_source`` (numba's simulator only).
     """
     ranks = {local.target: len(local.shape) for local in launcher.locals}
     atomic = {
@@ -731,7 +734,7 @@ def cuda_kernel_source(
     p.emit(body, 2)
     for acc in launcher.accumulators:
         p.lines += ["        " + line for line in p.first_lane([f"_acc{acc} += {p.current(acc)}"])]
-    p.lines += _tile_epilogue(tiles, staged, kinds)
+    p.lines += _tile_epilogue(tiles, staged, kinds, block)
     # Per-block sums, each added by one atomic: active scalars' adjoints, and the block sums' elements.
     sums = [
         (f"_acc{acc}", f"{ACTIVE_SCALARS}, (0, {slot})") for slot, acc in enumerate(launcher.accumulators)
@@ -745,13 +748,13 @@ def cuda_kernel_source(
         nonzero = " or ".join(f"{name} != 0.0" for name, _ in sums)
         p.lines += [
             f"    if cuda.syncthreads_or(1 if {nonzero} else 0):",
-            f"        _sum = cuda.shared.array(({len(sums)}, {BLOCK}), np.float64)",
+            f"        _sum = cuda.shared.array(({len(sums)}, {block}), np.float64)",
             "        _t = cuda.threadIdx.x",
         ]
         p.lines += [f"        _sum[{slot}, _t] = {name}" for slot, (name, _) in enumerate(sums)]
         p.lines += [
             "        cuda.syncthreads()",
-            f"        _w = {BLOCK // 2}",
+            f"        _w = {block // 2}",
             "        while _w > 0:",
             "            if _t < _w:",
         ]
@@ -847,8 +850,8 @@ def _tile_sums(tiles: dict[str, int], staged: dict[str, list[int]], kinds: dict[
 
 
 def _tile_sum(array: str, slots: list[int], zero: str, shift: int) -> str:
-    """The block's adds to position ``cuda.threadIdx.x + shift`` of ``array``'s span (``shift``: 0 or
-    ``BLOCK``): row ``r`` of the tile holds slot ``slots[r]``, so the position's sum is over rows at
+    """The block's adds to position ``cuda.threadIdx.x + shift`` of ``array``'s span (``shift``: 0 or the
+    block's size): row ``r`` of the tile holds slot ``slots[r]``, so the position's sum is over rows at
     ``position - slot``, where that is one of the block's threads."""
     terms = []
     for r, slot in enumerate(slots):
@@ -860,12 +863,14 @@ def _tile_sum(array: str, slots: list[int], zero: str, shift: int) -> str:
     return " + ".join(terms)
 
 
-def _tile_epilogue(tiles: dict[str, int], staged: dict[str, list[int]], kinds: dict[str, Kind]) -> list[str]:
+def _tile_epilogue(
+    tiles: dict[str, int], staged: dict[str, list[int]], kinds: dict[str, Kind], block: int
+) -> list[str]:
     """The block's adds to each tiled array, summed in shared memory and added to global memory once.
 
     Each thread writes its sum per slot (a row of the tile per slot, no atomics, no clearing); after one
-    barrier, position ``q`` of the block's span (``BLOCK + 2 * halo`` elements from ``halo`` before its first
-    index) is the sum over slots of row ``slot`` at ``q - slot``. Positions ``[2 * halo, BLOCK)`` are this
+    barrier, position ``q`` of the block's span (``block + 2 * halo`` elements from ``halo`` before its first
+    index) is the sum over slots of row ``slot`` at ``q - slot``. Positions ``[2 * halo, block)`` are this
     block's alone: plain adds. The rest overlap the neighbouring blocks' spans: atomic adds. (The fastest of
     three ways measured: docs/benchmarks.md, "In the code".)
     """
@@ -875,7 +880,7 @@ def _tile_epilogue(tiles: dict[str, int], staged: dict[str, list[int]], kinds: d
     for array, slots in staged.items():
         kind = kinds[base_name(array)]
         assert isinstance(kind, ArrayKind)
-        lines.append(f"    _tile{array} = cuda.shared.array(({len(slots)}, {BLOCK}), np.{kind.dtype.name})")
+        lines.append(f"    _tile{array} = cuda.shared.array(({len(slots)}, {block}), np.{kind.dtype.name})")
         lines += [
             f"    _tile{array}[{r}, cuda.threadIdx.x] = _tc{array}_{slot}" for r, slot in enumerate(slots)
         ]
@@ -884,7 +889,7 @@ def _tile_epilogue(tiles: dict[str, int], staged: dict[str, list[int]], kinds: d
         slots, zero = staged[array], _ZERO[element_type(kinds[base_name(array)])]
         v, g = f"_v{array}", f"_g{array}"
         lines += [
-            f"    {g} = cuda.blockIdx.x * {BLOCK} - {halo} + cuda.threadIdx.x",
+            f"    {g} = cuda.blockIdx.x * {block} - {halo} + cuda.threadIdx.x",
             f"    {v} = {_tile_sum(array, slots, zero, 0)}",
             f"    if {v} != 0 and {g} >= 0 and {g} < {array}.shape[0]:",
             f"        if cuda.threadIdx.x >= {2 * halo}:",
@@ -895,9 +900,9 @@ def _tile_epilogue(tiles: dict[str, int], staged: dict[str, list[int]], kinds: d
         if max(slots) > 0:  # positions past the block's indices, which only slots above 0 reach
             lines += [
                 f"    if cuda.threadIdx.x < {2 * halo}:",
-                f"        {v} = {_tile_sum(array, slots, zero, BLOCK)}",
-                f"        if {v} != 0 and {g} + {BLOCK} < {array}.shape[0]:",
-                f"            cuda.atomic.add({array}, {g} + {BLOCK}, {v})",
+                f"        {v} = {_tile_sum(array, slots, zero, block)}",
+                f"        if {v} != 0 and {g} + {block} < {array}.shape[0]:",
+                f"            cuda.atomic.add({array}, {g} + {block}, {v})",
             ]
     return lines
 

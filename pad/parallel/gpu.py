@@ -1,6 +1,7 @@
 """Running kernels as CUDA threads on GPU arrays (CuPy arrays or numba device arrays).
 
-One thread per launch index, ``BLOCK`` threads per block; or, for a launch of few indices whose kernel sums
+One thread per launch index, in blocks of the variant's ``block`` threads (``emit.PRIMAL_BLOCK`` for primal
+and tangent kernels, ``emit.BLOCK`` for adjoints); or, for a launch of few indices whose kernel sums
 in inner loops, a group of threads per index that shares those loops. Shared elements are updated with (warp-aggregated)
 atomics inside the kernel, so nothing is reduced afterwards. The adjoint's stack is one preallocated
 ``(slots, n)`` float64 tape per launch: ``slots`` is known at compile time for kernels whose pushes are
@@ -71,10 +72,6 @@ def _tape_limit(like: Any) -> int:
     return _free_at_start[device] // 2
 
 
-def _blocks(n: int) -> int:
-    return (n + BLOCK - 1) // BLOCK
-
-
 _multiprocessors: list[int] = []
 
 
@@ -119,7 +116,7 @@ def _slots(variant: Variant, n: int, args: Sequence[Any], like: Any) -> int:
     if record is not None:  # the depth is read on the host, which a replay skips
         record.refuse(f"the adjoint of {variant.kernel} sizes its tape on the host")
     depth = arrays.zeros(like, (n,), np.int64)  # zeros: a launch compiled ahead does not run
-    _launch(variant.depth_launcher, _blocks(n), [*ordered(head("cuda"), _n=n), *args, depth])
+    _launch(variant.depth_launcher, n, BLOCK, [*ordered(head("cuda"), _n=n), *args, depth])
     bound = int(depth.max()) if arrays.is_cupy(depth) else int(depth.copy_to_host().max())
     if key is not None and not compiler.noting():
         if len(variant.depths) >= DEPTHS:
@@ -134,7 +131,7 @@ def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = (
     first = ordered(head("cuda", shares_loops=variant.shares_loops), _n=n, _G=lanes)
     if variant.mode != "adjoint" or not (variant.active_scalars or variant.tape_slots):
         if n:
-            _launch(variant.launcher, _blocks(n * lanes), [*first, *args, *extras])
+            _launch(variant.launcher, n * lanes, variant.block, [*first, *args, *extras])
             _clear_seeds(variant, n, extras)
         return _NO_OUTPUTS
     outputs = np.zeros(len(variant.active_scalars))
@@ -166,7 +163,7 @@ def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = (
         overflow = _overflow_flag(variant.kernel, like) if variant.depth_launcher is not None else None
         flag = _never_set(like) if overflow is None else overflow
         call += ordered(TAPE, _tape=arrays.empty(like, (slots, columns), np.float64), _overflow=flag)
-    _launch(variant.launcher, _blocks(n * lanes), call)
+    _launch(variant.launcher, n * lanes, variant.block, call)
     _clear_seeds(variant, n, extras)
     if overflow is not None and tape.current() is None:
         _check_tape(overflow, [variant.kernel])
@@ -239,8 +236,10 @@ def _type_key(a: Any) -> tuple:
     return (type(a),)
 
 
-def _launch(dispatcher: Any, blocks: int, call: list[Any]) -> None:
-    """Launch ``dispatcher`` (a ``cuda.jit`` kernel) on ``call``: directly through CuPy once compiled."""
+def _launch(dispatcher: Any, threads: int, block: int, call: list[Any]) -> None:
+    """Launch ``dispatcher`` (a ``cuda.jit`` kernel) on ``call`` for ``threads`` threads in blocks of ``block``
+    (the one its source was generated for): directly through CuPy once compiled."""
+    blocks = (threads + block - 1) // block
     key = (id(dispatcher), *map(_type_key, call))
     direct = _compiled.get(key)
     if direct is not None:
@@ -251,7 +250,7 @@ def _launch(dispatcher: Any, blocks: int, call: list[Any]) -> None:
     with warnings.catch_warnings():  # numba warns about small grids; a launch's size is the user's choice
         warnings.filterwarnings("ignore", message=".*Grid size")
         try:
-            dispatcher[blocks, BLOCK](*call)
+            dispatcher[blocks, block](*call)
         except Exception as e:
             if not type(e).__module__.startswith("numba"):
                 raise
@@ -264,10 +263,10 @@ def _launch(dispatcher: Any, blocks: int, call: list[Any]) -> None:
     if all(arrays.is_cupy(a) for a in call if hasattr(a, "shape")) and not _simulated():
         overload = dispatcher.overloads[tuple(dispatcher.typeof_pyval(a) for a in call)]
         try:
-            _compiled[key] = _DirectLaunch(overload, call)
+            _compiled[key] = _DirectLaunch(overload, call, block)
         except Exception as e:  # an unknown numba-cuda/CuPy version: numba's dispatch keeps working
             stats["direct_launch_error"] = f"{type(e).__name__}: {e}"
-            _compiled[key] = lambda blocks, call: dispatcher[blocks, BLOCK](*call)
+            _compiled[key] = lambda blocks, call: dispatcher[blocks, block](*call)
 
 
 _STRUCT_CODES = {
@@ -290,10 +289,10 @@ class _DirectLaunch:
     ``extra`` argument) costs a few microseconds, where numba's dispatch costs tens.
     """
 
-    def __init__(self, overload: Any, call: list[Any]) -> None:
+    def __init__(self, overload: Any, call: list[Any], block: int) -> None:
         import cupy
 
-        self.cupy = cupy
+        self.cupy, self.block = cupy, block
         self.module = cupy.cuda.function.Module()
         cubin = overload.library.get_cubin()
         self.module.load(bytes(getattr(cubin, "code", cubin)))  # numba-cuda >= 0.2x wraps it in ObjectCode
@@ -338,5 +337,5 @@ class _DirectLaunch:
         with self.lock:  # the driver copies the parameters before the launch call returns
             self.struct.pack_into(self.buffer, 0, *values)
             self.cupy.cuda.driver.launchKernel(
-                self.function.ptr, blocks, 1, 1, BLOCK, 1, 1, 0, stream, 0, int(self.extra.ctypes.data)
+                self.function.ptr, blocks, 1, 1, self.block, 1, 1, 0, stream, 0, int(self.extra.ctypes.data)
             )

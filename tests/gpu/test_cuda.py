@@ -547,10 +547,10 @@ def test_a_tape_depth_the_shapes_decide_is_bounded_once_per_shape(monkeypatch):
     bounded: list[str] = []
     launch = gpu._launch
 
-    def counting(dispatcher, blocks, call):
+    def counting(dispatcher, threads, block, call):
         if dispatcher.py_func.__name__.endswith("_depth_cuda"):
             bounded.append(dispatcher.py_func.__name__)
-        launch(dispatcher, blocks, call)
+        launch(dispatcher, threads, block, call)
 
     monkeypatch.setattr(gpu, "_launch", counting)
     n, x = 64, np.linspace(0.0, 1.0, 64)
