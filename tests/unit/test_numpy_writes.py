@@ -3,6 +3,8 @@ the array and the fix, never ignored; pad.copy/scale/axpy/fill write it differen
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -71,6 +73,18 @@ def test_numpy_write_is_refused_naming_array_line_and_fix(program, source, name,
     assert "test_numpy_writes.py:" in message and f"`{source}` writes {name} with NumPy" in message
     assert "pad.copy(dst, src) for dst[...] = src" in message and "pad.scale(x, a) for x *= a" in message
     assert u.flags.writeable and unew.flags.writeable  # given back writable, also after an error
+
+
+class Solver:
+    def step(self, c, u, unew):
+        filled(c, u, unew)
+
+
+@pytest.mark.parametrize("program", [Solver().step, functools.partial(filled)], ids=["method", "partial"])
+def test_a_bound_method_or_a_partial_names_the_array_too(program):
+    u, unew = start(), start()
+    with pytest.raises(ValueError, match=r"`u.fill\(0.0\)` writes argument 1 \('u'\) with NumPy"):
+        pad.autodiff(program, pad.Active(0.1), pad.Dup(u, np.ones(N)), pad.Dup(unew, np.zeros(N)))
 
 
 def test_the_copy_back_written_with_pad_copy_is_differentiated():
