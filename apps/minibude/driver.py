@@ -7,6 +7,7 @@ gradients of their own poses' energies, reduced with an allreduce. CuPy is impor
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable
@@ -86,6 +87,7 @@ class Docking:
         self.coef = xp.zeros((deck.ntypes, NCOEF, deck.natpro), np.float32)
         self.energies = xp.zeros(self.hi - self.lo, np.float32)
         self.compile_s = 0.0  # see timed
+        self._gradients: dict[str, tuple[Any, tuple[Any, ...]]] = {}  # see gradient
         self.update_coefficients()
 
     # -- launches ---------------------------------------------------------------------------------------
@@ -120,21 +122,41 @@ class Docking:
 
         ``protein``: (3, natpro) like ``self.protein_xyz``; ``poses``: (6, nlocal), each pose's own
         gradient since poses are independent; ``forcefield``: (ntypes, 3) for radius, hphb, elsc.
-        Every float array is passed to ``pad.autodiff`` (as ``Const`` unless differentiated): an array a
-        differentiated function reaches any other way would count as active and cost adjoint work.
+        Each kind is one ``pad.graph`` step, recorded on its first call and replayed after (on a GPU one
+        CUDA graph), with the shadows this ``Docking`` keeps for it: what a call costs besides its kernels
+        does not shrink with a rank's share of the poses. Returns a copy of the gradient.
         """
         if wrt not in WRT:
             raise InputError(f"--wrt: {wrt!r} is not one of {', '.join(WRT)}")
-        xp = self.xp
-        grad = xp.zeros_like(
-            {"protein": self.protein_xyz, "poses": self.poses, "forcefield": self.ff_params}[wrt]
+        step = self._gradients.get(wrt)
+        if step is None:
+            xp = self.xp
+            grad = xp.zeros_like(
+                {"protein": self.protein_xyz, "poses": self.poses, "forcefield": self.ff_params}[wrt]
+            )
+            shadows = (grad, xp.ones(self.nlocal, np.float32), xp.zeros_like(self.coef))
+            step = self._gradients[wrt] = (pad.graph(functools.partial(self._differentiate, wrt)), shadows)
+        graph, shadows = step
+        graph(
+            self.protein_xyz, self.ligand_xyz, self.ff_params, self.coef, self.poses, self.energies, *shadows
         )
-        seed = pad.Dup(self.energies, xp.ones(self.nlocal, np.float32))
+        return shadows[0].copy()
+
+    def _differentiate(
+        self, wrt: str, protein_xyz: Any, ligand_xyz: Any, ff_params: Any, coef: Any, poses: Any, energies: Any,
+        grad: Any, seed: Any, dcoef: Any,
+    ) -> None:  # fmt: skip
+        """``gradient``'s step: the shadows set, then ``autodiff`` of the energies with respect to ``wrt``.
+        Every float array is passed to ``pad.autodiff`` (as ``Const`` unless differentiated): an array a
+        differentiated function reaches any other way would count as active and cost adjoint work."""
+        pad.fill(grad, 0.0)
+        pad.fill(seed, 1.0)  # the adjoint consumes its seeds
+        energies_seed = pad.Dup(energies, seed)
 
         def active(name: str, value: Any) -> Any:
             return pad.Dup(value, grad) if name == wrt else pad.Const(value)
 
-        ligand = pad.Const(self.ligand_xyz)
+        ligand = pad.Const(ligand_xyz)
         if wrt == "forcefield":
 
             def energy_of_forcefield(ff_params: Any, coef: Any, *rest: Any) -> None:
@@ -142,22 +164,20 @@ class Docking:
                 protein_xyz, ligand_xyz, poses, energies = rest
                 self._fasten(protein_xyz, ligand_xyz, coef, poses, energies)
 
-            coef = pad.Dup(self.coef, xp.zeros_like(self.coef))
-            protein, poses = pad.Const(self.protein_xyz), pad.Const(self.poses)
+            pad.fill(dcoef, 0.0)
             pad.autodiff(
                 energy_of_forcefield,
-                active("forcefield", self.ff_params),
-                coef,
-                protein,
+                active("forcefield", ff_params),
+                pad.Dup(coef, dcoef),
+                pad.Const(protein_xyz),
                 ligand,
-                poses,
-                seed,
+                pad.Const(poses),
+                energies_seed,
                 fuse=True,
             )
         else:
-            protein, poses = active("protein", self.protein_xyz), active("poses", self.poses)
-            pad.autodiff(self._fasten, protein, ligand, pad.Const(self.coef), poses, seed, fuse=True)
-        return grad
+            protein, poses_ = active("protein", protein_xyz), active("poses", poses)
+            pad.autodiff(self._fasten, protein, ligand, pad.Const(coef), poses_, energies_seed, fuse=True)
 
     # -- results over ranks -----------------------------------------------------------------------------
     def gather_energies(self) -> np.ndarray | None:
