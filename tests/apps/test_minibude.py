@@ -251,6 +251,24 @@ def test_pose_gradient_is_per_pose():
     np.testing.assert_allclose(alone[:, 0], full[:, 8], rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("wrt", ["protein", "poses", "forcefield"])
+def test_a_replayed_gradient_follows_its_inputs(wrt):
+    """Each kind of gradient is a pad.graph step replayed after its first call: a second call gives the
+    same gradient in a new array, and one after the poses moved in place, or were replaced, gives what a
+    new Docking gives there."""
+    deck = small_deck(nposes=9)
+    dock = Docking(deck, ppwi=4)
+    first, again = dock.gradient(wrt), dock.gradient(wrt)
+    assert np.array_equal(first, again) and first is not again
+    dock.poses[3:] += 0.25  # translations, in place
+    moved = dock.gradient(wrt)
+    fresh = Docking(dataclasses.replace(deck, poses=dock.poses.copy()), ppwi=4).gradient(wrt)
+    np.testing.assert_array_equal(moved, fresh)
+    assert not np.array_equal(moved, first)
+    dock.poses = deck.poses.copy()  # a new array: recorded anew, not replayed on the old one
+    np.testing.assert_array_equal(dock.gradient(wrt), first)
+
+
 # ------------------------------------------------------------------------------------------------ GPU
 _SIM_SCRIPT = """
 import numpy as np
