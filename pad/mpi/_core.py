@@ -883,7 +883,7 @@ def _staged(
     if not _on_device(args, kwargs):
         return impl(comm, ctx, *args, **kwargs)
     direct(comm)  # logs the choice
-    blocking = not (name[0] == "I" and name[1:2].isupper())
+    blocking = name not in NONBLOCKING
     copies: list[tuple[Any, np.ndarray]] = []
 
     def host(a: Any, where: int | str) -> Any:
