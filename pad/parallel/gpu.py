@@ -158,9 +158,12 @@ def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = (
             )
         stats["tape_bytes"] = nbytes
         stats["peak_tape_bytes"] = max(stats["peak_tape_bytes"], nbytes)
-        # Only a tape whose depth a kernel bounded at run time can overflow; a fixed-size one needs no check
-        # (and so no wait for the device at the end of the reverse pass).
-        overflow = _overflow_flag(variant.kernel, like) if variant.depth_launcher is not None else None
+        # Only a tape whose depth a kernel bounded from the arrays' contents can overflow. One sized at compile
+        # time needs no check (and so no wait for the device at the end of the reverse pass), nor one whose
+        # bound the shapes decide: that bound holds for any data, as a compile-time one does (and a replay,
+        # captured as a CUDA graph, could not read a flag back).
+        checked = variant.depth_launcher is not None and not variant.depth_from_shapes
+        overflow = _overflow_flag(variant.kernel, like) if checked else None
         flag = _never_set(like) if overflow is None else overflow
         call += ordered(TAPE, _tape=arrays.empty(like, (slots, columns), np.float64), _overflow=flag)
     _launch(variant.launcher, n * lanes, variant.block, call)
@@ -203,8 +206,8 @@ _unused_flags: dict[tuple[type, int], Any] = {}
 
 
 def _never_set(like: Any) -> Any:
-    """The overflow flag of the launches whose tape cannot overflow (its size is known at compile time):
-    one per array type and device, never read."""
+    """The overflow flag of the launches whose tape cannot overflow (its size known at compile time, or
+    from the shapes): one per array type and device, never read."""
     key = (type(like), arrays.device_id(like) or 0)
     flag = _unused_flags.get(key)
     if flag is None:
