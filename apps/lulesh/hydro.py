@@ -156,6 +156,9 @@ class Hydro:
         # Stress and hourglass forces per corner (see mesh). A GPU sums the two per corner, as LLNL's CUDA
         # port does (half the bytes); CPUs keep them apart and sum each in the C++ original's order.
         self.combined = memory.device == "gpu"
+        # A costly region's earlier EOS evaluations: CPUs store them as the C++ original does, GPUs keep them
+        # in registers as the port does (``k_eos``).
+        self.rep_stores = memory.device == "cpu"
         self.fs = put(np.zeros((3, 8, nelem)))
         self.fh = put(np.zeros((3, 8, 0 if self.combined else nelem)))
         self.fs_corners, self.fh_corners = self.fs.reshape(3, -1), self.fh.reshape(3, -1)
@@ -266,7 +269,7 @@ class Hydro:
             self.vnew, s.params, s.q, self.qq, self.ql, self.fault, self.earlier, self.flag,
         )  # fmt: skip
         pad.launch(
-            K.k_eos, m.nelem, self.rep, s.v, self.vnew, self.delv, self.qq, self.ql, s.e, s.p, s.q, s.ss,
+            K.k_eos, m.nelem, self.rep, self.rep_stores, s.v, self.vnew, self.delv, self.qq, self.ql, s.e, s.p, s.q, s.ss,
             self.e_new, self.p_new, self.q_new, self.fault, self.earlier, self.flag,
         )  # fmt: skip
 

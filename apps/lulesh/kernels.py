@@ -788,20 +788,22 @@ def energy(vnewc, delvc, e_old, p_old, q_old, qq, ql):
 
 
 @pad.kernel
-def k_eos(i, rep, v, vnew, delv, qq, ql, e, p, q, ss, e_new, p_new, q_new, fault, earlier, flag):
+def k_eos(i, rep, stores, v, vnew, delv, qq, ql, e, p, q, ss, e_new, p_new, q_new, fault, earlier, flag):
     """The EOS of element ``i`` (EvalEOSForElems with CalcEnergyForElems and CalcSoundSpeedForElems):
     the new e, p, q and sound speed, then the relative volume for the next cycle, snapped to 1 within V_CUT
     (UpdateVolumesForElems, in the same launch as LLNL's CUDA port does). Costly regions evaluate the EOS
-    ``rep[i]`` times, as the original does (its load imbalance): the earlier evaluations write scratch
-    (``e_new``, ...), which nothing reads."""
+    ``rep[i]`` times, as the originals do (their load imbalance). Where ``stores`` is set (CPUs) the earlier
+    evaluations write scratch (``e_new``, ...), which nothing reads, as the C++ original's arrays do; else
+    (GPUs) they stay in registers, as the CUDA port's do."""
     vnewc = min(max(vnew[i], EOSVMIN), EOSVMAX)
     if min(max(v[i], EOSVMIN), EOSVMAX) <= 0.0:
         count_fault(fault, earlier, flag, i, EOS_VOLUME)
     for _ in range(rep[i] - 1):
         e_rep, p_rep, q_rep, _ = energy(vnewc, delv[i], e[i], p[i], q[i], qq[i], ql[i])
-        p_new[i] = p_rep
-        e_new[i] = e_rep
-        q_new[i] = q_rep
+        if stores:
+            p_new[i] = p_rep
+            e_new[i] = e_rep
+            q_new[i] = q_rep
     e4, p4, q4, bvc4 = energy(vnewc, delv[i], e[i], p[i], q[i], qq[i], ql[i])
     p[i] = p4
     e[i] = e4
