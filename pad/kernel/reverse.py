@@ -419,7 +419,8 @@ class Reverse:
         was; at a tie it replays every iteration and shares ``m``'s adjoint evenly among the tied values, as
         JAX's max does (for two values this is the 0.5 each of ``max``'s own partial). The replayed body has
         each update replaced by ``u = e; hit = True``, so that the seed reaches ``e`` through the branches
-        the update sits in. None where the replay would push (the general reversal then applies).
+        the update sits in. Where ``m``'s adjoint is zero neither replay runs. None where the replay would
+        push (the general reversal then applies).
         """
         active = [x for x in extremes if x.m in self.act.scalars]
         u = {x.m: self.fresh(s, f"u{x.m}", self.types[x.m]) for x in active}
@@ -505,7 +506,10 @@ class Reverse:
                 ),
             ]
             one = call("eq", Name(ties[x.m]), Lit(1))
-            reverse.append(If(one, [If(call("ge", Name(win[x.m]), Lit(0)), alone, [])], shared, line=s.line))
+            back = If(one, [If(call("ge", Name(win[x.m]), Lit(0)), alone, [])], shared, line=s.line)
+            # A zero adjoint (a reduction's losing chunk) has nothing to pass on: no replay, and at a tie no
+            # second pass over the loop (its adjoint stays zero, as passing it on would leave it).
+            reverse.append(If(call("ne", bar_m, zero), [back], [], line=s.line))
         return forward, reverse
 
     def order_free(self, s: For, rev_body: list[Stmt]) -> set[str] | None:

@@ -210,3 +210,26 @@ def test_running_extremes_under_a_branch_record_their_winners():
         pad.Dup(rng.uniform(0.1, 1, (5, 7)) * rng.choice([-1, 1], (5, 7)), np.zeros((5, 7))),
         pad.Dup(np.zeros((5, 2)), np.zeros((5, 2))),
     )
+
+
+@pad.kernel
+def k_root_max(i, a, out):
+    m = -1.0
+    for c in range(a.shape[1]):
+        m = max(m, math.sqrt(a[i, c]))
+    out[i] = m
+
+
+def test_a_zero_adjoint_of_a_running_extreme_passes_nothing_on():
+    """A running extreme whose adjoint is zero (a reduction's losing chunk) replays none of its loop: its
+    values get exactly zero, even where the winners' partials are infinite (three square roots of 0 tied)."""
+    a = np.array([[0.0, 0.0, 0.0], [1.0, 4.0, 4.0], [0.0, 0.0, 9.0]])
+    da = np.zeros_like(a)
+    pad.autodiff(
+        lambda x, o: pad.launch(k_root_max, 3, x, o),
+        pad.Dup(a, da),
+        pad.Dup(np.zeros(3), np.array([0.0, 1.0, 0.0])),
+    )
+    np.testing.assert_array_equal(
+        da, [[0, 0, 0], [0, 0.125, 0.125], [0, 0, 0]]
+    )  # two tied: 0.5 / (2 sqrt(4))
