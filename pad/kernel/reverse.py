@@ -30,7 +30,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,6 +68,7 @@ from pad.kernel.ir import (
     Stmt,
     Store,
     While,
+    arrays_in,
     assigned,
     blocks,
     call,
@@ -132,6 +133,7 @@ class Reverse:
 
     def __post_init__(self) -> None:
         self._choose_loop_modes()
+        self.unobserved = _unobserved_stores(self.body)
         self._fresh: dict[tuple[int, str], str] = {}
         self._exits = live_at_exits(self.body)
 
@@ -310,6 +312,10 @@ class Reverse:
     def store(self, s: Store) -> tuple[list[Stmt], list[Stmt]]:
         fwd: list[Stmt] = []
         rev: list[Stmt] = []
+        # What nothing reads again the primal launch made already; the array keeps the value a replay of an
+        # earlier loop needs (no save and restore), and the adjoint stores into it nothing the compiler must
+        # order its other memory accesses around. A fused adjoint makes the primal's outputs: it stores.
+        made = not self.fused and id(s) in self.unobserved
         if s.array in self.act.arrays:
             if self.act.expr(s.value):
                 assert isinstance(s.value, Name)
@@ -322,6 +328,8 @@ class Reverse:
                 )
             if not s.accumulate and s.array not in self.cleared:
                 rev.append(Store(adj(s.array), s.index, Lit(0.0, typed=True), line=s.line))
+        if made:
+            return fwd, rev
         if id(s) in self.saving:
             kind = self.kinds[s.array]
             assert isinstance(kind, ArrayKind)
@@ -1020,6 +1028,26 @@ def _drop_stores(
         for s in stmts
         if not (isinstance(s, Store) and s.array in arrays and id(s) not in keep)
     ]
+
+
+def _unobserved_stores(body: list[Stmt]) -> set[int]:
+    """id() of the plain stores into arguments, outside every loop, that no later statement loads from:
+    nothing the kernel computes after them reads what they store (``A[i] = f(A[i], ...)``, LULESH's EOS)."""
+    order = list(_in_order(body, False))
+    last_load = {a: k for k, (x, _) in enumerate(order) for e in exprs_of(x) for a in arrays_in(e)}
+    return {
+        id(s)
+        for k, (s, inside) in enumerate(order)
+        if isinstance(s, Store) and not s.accumulate and not inside and last_load.get(s.array, -1) <= k
+    }
+
+
+def _in_order(stmts: list[Stmt], inside: bool) -> Iterator[tuple[Stmt, bool]]:
+    """Every statement in program order, and whether a loop encloses it."""
+    for s in stmts:
+        yield s, inside
+        for block in blocks(s):
+            yield from _in_order(block, inside or isinstance(s, (For, While)))
 
 
 def _stores_to_save(body: list[Stmt], recompute: set[int], undo: set[str]) -> set[int]:
