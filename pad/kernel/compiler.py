@@ -111,6 +111,9 @@ class Variant:
     active_scalars: list[int]  # argument positions of active scalars
     loaded: set[int]  # arrays whose values the kernel reads
     stored: set[int]  # arrays the kernel writes
+    # An adjoint's: the arguments its own code stores into (not an in-place update's target, whose new value
+    # nothing in the kernel reads). It runs on scratch copies of their kept values, reads the others' as kept.
+    rewritten: set[int] = field(default_factory=set)
     privates: list[tuple[str, int]] = field(default_factory=list)  # ("primal"|"shadow", position) per buffer
     overwrites: dict[int, int] = field(default_factory=dict)  # 1-D arrays never read, a[i + offset] stored
     target: str = "cpu"  # "cpu" (numba threads) or "cuda"
@@ -344,6 +347,7 @@ def _variant(k: Analysed, t: Transformed, mode: str, target: str, checked: bool)
         active_scalars=k.active_scalars,
         loaded=k.positions(k.loaded),
         stored=k.positions(k.stored),
+        rewritten=k.positions(k.stored & stored_arrays(t.body)) if rev else set(),
         kept=k.positions(k.loaded if rev is None or mode == "fused" else k.loaded & _touched_arrays(t.body)),
         privates=privates,
         overwrites=overwrites,

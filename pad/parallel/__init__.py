@@ -200,9 +200,9 @@ class LaunchRecord:
                     "allocates, a pad.Const, a GPU array), and the launch's adjoint needs its old values. Write "
                     "it with pad.copy/scale/axpy/fill or in a kernel, or write a copy"
                 )
-            # Arrays the kernel both reads and writes are replayed on a scratch copy of their old values.
-            args[p] = kept.scratch() if p in self.variant.stored else kept.value
-            if p not in self.variant.stored:
+            # Arrays the adjoint both reads and writes are replayed on a scratch copy of their old values.
+            args[p] = kept.scratch() if p in self.variant.rewritten else kept.value
+            if p not in self.variant.rewritten:
                 kept.release()
         extras = [self.shadows[p] for p in self.variant.active_arrays]
         try:

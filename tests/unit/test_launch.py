@@ -317,6 +317,39 @@ def test_a_kept_value_whose_adjoints_have_run_is_let_go_not_copied(monkeypatch):
     assert np.array_equal(needed.value, np.arange(4.0)) and ctx.live_kept() == set()
 
 
+@pad.kernel
+def k_squared_in_place(i, a, x, y):
+    y[i] = a * math.sin(x[i]) + y[i] * y[i]
+
+
+@pad.kernel
+def k_doubled_square(i, y, z):
+    z[i] = 2.0 * y[i] * y[i]
+
+
+def test_an_adjoint_that_leaves_an_array_alone_reads_its_kept_value_without_a_copy(monkeypatch):
+    """An in-place update's adjoint stores nothing into the array (the primal launch made the new values,
+    and nothing in the kernel reads them again): it reads the old values kept for it and for an earlier
+    launch's adjoint as they are, where it used to overwrite a scratch copy of them."""
+    scratch: list[object] = []
+    real = pad.tape.Kept.scratch
+    monkeypatch.setattr(pad.tape.Kept, "scratch", lambda self: scratch.append(self) or real(self))
+    n = 9
+    source = k_squared_in_place.variant((0.5, np.zeros(n), np.zeros(n)), "adjoint", (False, True, True)).source
+    assert not any(line.strip().startswith("y[i] =") for line in source.splitlines()), source
+
+    def f(x, y, z):
+        pad.launch(k_doubled_square, n, y, z)  # reads y: its old value is kept for this adjoint
+        pad.launch(k_squared_in_place, n, 0.5, x, y)  # and for this one, which overwrites y
+
+    x, y = np.linspace(-1.0, 1.0, n), np.linspace(0.2, 0.6, n)
+    pad.check_grad(f, pad.Dup(x, np.zeros(n)), pad.Dup(y, np.zeros(n)), pad.Dup(np.zeros(n), np.zeros(n)))
+    dx, dy, dz = np.zeros(n), np.zeros(n), np.ones(n)
+    dy_seed = np.linspace(1.0, 2.0, n)
+    pad.autodiff(f, pad.Dup(x.copy(), dx), pad.Dup(y.copy(), dy + dy_seed), pad.Dup(np.zeros(n), dz))
+    assert not scratch
+
+
 def test_a_full_stack_grows_to_twice_its_room_keeping_what_it_holds():
     from pad.kernel import runtime
 
