@@ -191,7 +191,7 @@ class Reverse:
             if _count(smaller) == _count(code):
                 break
             code = smaller
-        return _drop_idle_saves(code)
+        return _adds_over_zeros(_drop_idle_saves(code))
 
     # -- regions ---------------------------------------------------------------------------------------
     def region(self, stmts: list[Stmt], need_in: set[str]) -> tuple[list[Stmt], list[Stmt]]:
@@ -823,6 +823,29 @@ def _drop_all_stores(stmts: list[Stmt]) -> list[Stmt]:
 def _drop_pushes(stmts: list[Stmt]) -> list[Stmt]:
     """``stmts`` without their pushes onto the tape."""
     return [map_blocks(s, _drop_pushes) for s in stmts if not isinstance(s, Push)]
+
+
+def _adds_over_zeros(stmts: list[Stmt]) -> list[Stmt]:
+    """``a[i] = 0.0 ... a[i] += v`` in one block, nothing in between touching ``a`` or what ``i`` reads, as
+    ``... a[i] = v``. The adjoint of a store reads its seed and clears it; the adjoint of an earlier load of the
+    same element adds to it again (an in-place update, LULESH's EOS): on a GPU that add's load waited for the
+    clearing store to reach the cache, and its store made a second one."""
+    out: list[Stmt | None] = [map_blocks(s, _adds_over_zeros) for s in stmts]
+    for p, s in enumerate(out):
+        if not (isinstance(s, Store) and not s.accumulate and isinstance(s.value, Lit) and s.value.value == 0):
+            continue
+        touched = {s.array} | {a for e in s.index for a in arrays_in(e)}
+        names = {n for e in s.index for n in names_in(e)}
+        for q in range(p + 1, len(out)):
+            x = out[q]
+            if isinstance(x, Store) and x.accumulate and x.array == s.array and x.index == s.index:
+                out[p], out[q] = None, Store(x.array, x.index, x.value, line=x.line)
+                break
+            if x is None:
+                continue
+            if touched & (loaded_arrays([x]) | stored_arrays([x])) or names & assigned([x]):
+                break
+    return [s for s in out if s is not None]
 
 
 def _drop_idle_saves(stmts: list[Stmt]) -> list[Stmt]:

@@ -74,6 +74,7 @@ def test_the_readme_kernels_adjoint_reads_like_its_source() -> None:
     assert lines[start].strip() == "# kernels.py:11  y[i] = a * math.sin(x[i]) + y[i] * y[i]"
     assert [line.strip() for line in body].count("y_i = y[i]") == 1  # y[i] loaded once
     assert not any(line.strip().startswith("y[i] =") for line in body)
+    assert "_b_y[i] = 0.0" not in source  # the seed read is replaced by y's adjoint, not cleared and added to
     assert len(body) <= 11
     assert not any(line.strip().endswith("= 0.0") and "[" not in line for line in body)
 
