@@ -312,9 +312,9 @@ class Reverse:
     def store(self, s: Store) -> tuple[list[Stmt], list[Stmt]]:
         fwd: list[Stmt] = []
         rev: list[Stmt] = []
-        # What nothing reads again the primal launch made already; the array keeps the value a replay of an
-        # earlier loop needs (no save and restore), and the adjoint stores into it nothing the compiler must
-        # order its other memory accesses around. A fused adjoint makes the primal's outputs: it stores.
+        # A store nothing reads again (``unobserved``) the primal launch made: a non-fused adjoint leaves it
+        # out with its save and restore (the array keeps the value a replayed earlier loop reads). A fused
+        # adjoint makes the primal's outputs, so it stores.
         made = not self.fused and id(s) in self.unobserved
         if s.array in self.act.arrays:
             if self.act.expr(s.value):
@@ -1054,8 +1054,8 @@ def _drop_stores(
 
 
 def _unobserved_stores(body: list[Stmt]) -> set[int]:
-    """id() of the plain stores into arguments, outside every loop, that no later statement loads from:
-    nothing the kernel computes after them reads what they store (``A[i] = f(A[i], ...)``, LULESH's EOS)."""
+    """id() of the plain stores outside every loop into arrays that no later statement loads from: nothing
+    the kernel computes after them reads what they store (``A[i] = f(A[i], ...)``, LULESH's EOS)."""
     order = list(_in_order(body, False))
     last_load = {a: k for k, (x, _) in enumerate(order) for e in exprs_of(x) for a in arrays_in(e)}
     return {
