@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -61,8 +62,7 @@ class Halo:
         self.comm = comm
         self.links = links
         self.shared = shared
-        self._staging: dict[tuple[str, int, str], np.ndarray] = {}
-        self._buffers: dict[tuple, Any] = {}
+        self._buffers: dict[tuple, Any] = {}  # ``_kept``
 
     @classmethod
     def structured(
@@ -166,10 +166,7 @@ class Halo:
         zero (unpacking reads the receive buffer's shadow, which its message's adjoint sends and zeroes;
         packing adds the send buffer's back and zeroes it)."""
         size = sum(int(np.prod(shape)) for shape in shapes)
-        key = (which, threading.get_ident(), type(a), a.dtype.str, size)
-        buf = self._buffers.get(key)
-        if buf is None:
-            buf = self._buffers[key] = arrays.empty(a, (size,), a.dtype)
+        buf = self._kept((which, type(a), a.dtype.str, size), lambda: arrays.empty(a, (size,), a.dtype))
         if ctx is not None:
             ctx.shadow(buf)
             ctx.scratch(buf)
@@ -177,12 +174,20 @@ class Halo:
 
     def _host(self, which: str, buf: Any) -> np.ndarray:
         """The host array that stages device buffer ``buf`` (``which``: "out" or "in"): page-locked, kept for
-        the next exchange of that size (an exchange's copies to and from it are done when it returns)."""
-        key = (which, buf.size, buf.dtype.str)
-        host = self._staging.get(key)
-        if host is None:
-            host = self._staging[key] = arrays.host_buffer(buf, buf.shape, buf.dtype)
-        return host
+        this thread's next exchange of that size (an exchange's copies to and from it are done when it
+        returns)."""
+        return self._kept(
+            ("staged " + which, buf.dtype.str, buf.size),
+            lambda: arrays.host_buffer(buf, buf.shape, buf.dtype),
+        )
+
+    def _kept(self, key: tuple, make: Callable[[], Any]) -> Any:
+        """The buffer kept under ``key`` for this thread's exchanges, ``make()`` on the first."""
+        key = (threading.get_ident(), *key)
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = self._buffers[key] = make()
+        return buf
 
 
 def _side(o: int, n: int, w: int, *, outer: bool) -> slice:
