@@ -62,3 +62,57 @@ def test_a_store_a_later_iteration_reads_again_still_saves():
     x, y = _args()
     variant = k_overwrite_in_outer_loop.variant((x, y), "adjoint", (True, True), target="cuda")
     assert variant.tape_slots > 0
+
+
+@pad.kernel
+def k_repeat_then_update(i, reps, x, y, scratch):
+    """LULESH's EOS in small: a loop that evaluates from ``y[i]`` (into scratch nothing reads), then ``y``
+    updated in place."""
+    for _ in range(reps[i]):
+        scratch[i] = math.sin(y[i]) * x[i]
+    y[i] = math.sin(y[i]) * x[i] + y[i]
+
+
+@pad.kernel
+def k_update_then_reread(i, x, y):
+    y[i] = x[i] * y[i]
+    total = 0.0
+    for k in range(3):
+        total += y[i] * (k + 1.0)  # reads the new value: that store stays
+    y[i] = total
+
+
+def _stores_of_y(source: str) -> int:
+    return sum(line.strip().startswith("y[i] =") for line in source.splitlines())
+
+
+@pytest.mark.parametrize("target", ["cpu", "cuda"])
+def test_a_store_nothing_reads_again_is_left_out_with_its_save(target):
+    """An adjoint re-runs the forward sweep without the stores no later statement reads (the primal launch
+    made them): the in-place update after a loop that reads the array is neither stored nor saved and
+    restored for the loop's replay; a store that a later loop reads stays."""
+    n = 5
+    reps, x, y, scratch = (
+        np.array([1, 3, 2, 1, 2]),
+        np.linspace(0.2, 1.1, n),
+        np.linspace(0.5, 0.9, n),
+        np.zeros(n),
+    )
+    active = (False, True, True, False)
+    assert (
+        _stores_of_y(k_repeat_then_update.variant((reps, x, y, scratch), "adjoint", active, target).source)
+        == 0
+    )
+    assert _stores_of_y(k_update_then_reread.variant((x, y), "adjoint", (True, True), target).source) == 1
+    if target == "cpu":
+        pad.check_grad(
+            lambda x, y, s: pad.launch(k_repeat_then_update, n, reps, x, y, s),
+            pad.Dup(x, np.zeros(n)),
+            pad.Dup(y, np.zeros(n)),
+            pad.Const(scratch),
+        )
+        pad.check_grad(
+            lambda x, y: pad.launch(k_update_then_reread, n, x, y),
+            pad.Dup(x, np.zeros(n)),
+            pad.Dup(y, np.zeros(n)),
+        )
