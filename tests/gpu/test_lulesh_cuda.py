@@ -88,6 +88,29 @@ def test_replayed_device_gradients_equal_launched_ones():
     replayed_gradients_equal_launched_ones(*_device_hydro(3), *_device_hydro(3), rtol=1e-12)
 
 
+@pytest.mark.skipif(not SIMULATED, reason="watches the simulator's device arrays")
+def test_a_replayed_gradient_cycle_reads_nothing_back(monkeypatch):
+    """A GPU captures a replayed step as one CUDA graph, and a capture refuses a device-to-host copy: the
+    per-cycle gradient's replays read nothing back (numba's simulator replays in Python, where a read
+    would pass unseen; miniBUDE's gradient once read its tapes' overflow flag there)."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    h, s = _device_hydro(3)
+    h.advance(s, 2)
+    h.time_increment(s, first=False)
+    step = StepGradient(h)
+    step(s)  # recorded
+    reads: list[tuple[int, ...]] = []
+    real = FakeCUDAArray.copy_to_host
+    monkeypatch.setattr(
+        FakeCUDAArray, "copy_to_host", lambda a, *args, **kw: reads.append(a.shape) or real(a, *args, **kw)
+    )
+    step(s)
+    step(s)
+    assert step.replayed.why is None
+    assert not reads, reads
+
+
 def test_a_fault_found_late_on_the_device_names_its_cycle_and_element():
     fault = plant_faults_mid_run(*_device_hydro(4))
     assert (fault.code, fault.cycle, fault.element) == (H.VOLUME_ERROR, 4, 7), fault
