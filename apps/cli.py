@@ -132,12 +132,11 @@ def exit_status(main: Callable[[], int]) -> int:
     collective forever."""
     try:
         return main()
-    except Exception:
+    except Exception as error:
         mpi = sys.modules.get("mpi4py.MPI")
         if mpi is not None and mpi.COMM_WORLD.Get_size() > 1:
             # One write, the error's own line first: a launcher forwards a rank's output in the pieces it was
             # written in, and the abort can cut off what it has not forwarded yet.
-            error = sys.exc_info()[1]
             rank = mpi.COMM_WORLD.Get_rank()
             sys.stderr.write(f"rank {rank}: {type(error).__name__}: {error}\n{traceback.format_exc()}")
             sys.stderr.flush()
