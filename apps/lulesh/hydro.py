@@ -269,8 +269,8 @@ class Hydro:
             self.vnew, s.params, s.q, self.qq, self.ql, self.fault, self.earlier, self.flag,
         )  # fmt: skip
         pad.launch(
-            K.k_eos, m.nelem, self.rep, self.rep_stores, s.v, self.vnew, self.delv, self.qq, self.ql, s.e, s.p, s.q, s.ss,
-            self.e_new, self.p_new, self.q_new, self.fault, self.earlier, self.flag,
+            K.k_eos, m.nelem, self.rep, self.rep_stores, s.v, self.vnew, self.delv, self.qq, self.ql, s.e, s.p,
+            s.q, s.ss, self.e_new, self.p_new, self.q_new, self.fault, self.earlier, self.flag,
         )  # fmt: skip
 
     def time_constraints(self, s: State) -> None:
