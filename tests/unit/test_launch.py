@@ -335,7 +335,9 @@ def test_an_adjoint_that_leaves_an_array_alone_reads_its_kept_value_without_a_co
     real = pad.tape.Kept.scratch
     monkeypatch.setattr(pad.tape.Kept, "scratch", lambda self: scratch.append(self) or real(self))
     n = 9
-    source = k_squared_in_place.variant((0.5, np.zeros(n), np.zeros(n)), "adjoint", (False, True, True)).source
+    source = k_squared_in_place.variant(
+        (0.5, np.zeros(n), np.zeros(n)), "adjoint", (False, True, True)
+    ).source
     assert not any(line.strip().startswith("y[i] =") for line in source.splitlines()), source
 
     def f(x, y, z):
@@ -344,10 +346,7 @@ def test_an_adjoint_that_leaves_an_array_alone_reads_its_kept_value_without_a_co
 
     x, y = np.linspace(-1.0, 1.0, n), np.linspace(0.2, 0.6, n)
     pad.check_grad(f, pad.Dup(x, np.zeros(n)), pad.Dup(y, np.zeros(n)), pad.Dup(np.zeros(n), np.zeros(n)))
-    dx, dy, dz = np.zeros(n), np.zeros(n), np.ones(n)
-    dy_seed = np.linspace(1.0, 2.0, n)
-    pad.autodiff(f, pad.Dup(x.copy(), dx), pad.Dup(y.copy(), dy + dy_seed), pad.Dup(np.zeros(n), dz))
-    assert not scratch
+    assert not scratch  # check_grad's reverse passes ran both adjoints
 
 
 def test_a_full_stack_grows_to_twice_its_room_keeping_what_it_holds():
