@@ -85,6 +85,8 @@ from pad.kernel.optimize import (
     common_subexpressions,
     converge,
     defer_scales,
+    owned_loads_first,
+    owned_store_loops,
     privatize,
     promote,
     read_first,
@@ -299,9 +301,11 @@ def _adjoint(k: Analysed, launcher: Launcher, touched: set[str], fused: bool, ta
     outputs are made too."""
     body, defs = k.low.body, k.defs
     rev = Reverse(body, k.low.kinds, k.types, k.act, k.launch_index, k.low.namer, touched, defs)
-    if target == "cuda":  # a taped loop's saves go to global memory, an unrolled one's to registers
+    if target == "cuda":
+        # A taped loop's saves go to global memory, an unrolled one's to registers; an output loop's seeds
+        # are read first (``owned_loads_first``) once it is unrolled.
         taped = {id(s) for s in walk(body) if isinstance(s, For)} - rev.recompute
-        small = small_loops(body, taped)
+        small = small_loops(body, taped) | owned_store_loops(body, k.launch_index, k.low.kinds)
         if small:
             body = unroll(body, small)
             defs = definitions(body, k.launch_index, k.low.kinds)
@@ -312,6 +316,8 @@ def _adjoint(k: Analysed, launcher: Launcher, touched: set[str], fused: bool, ta
     launcher.clears = [(adj(a), k.overwrites[a]) for a in sorted(rev.cleared)]
     live_out = {adj(k.params[p]) for p in k.active_scalars}
     body = rev.sweep(live_out, droppable=set(k.params) - k.loaded)
+    if target == "cuda":
+        body = owned_loads_first(body, k.launch_index, k.low.kinds, k.types, k.low.namer)
     launcher.extras += [adj(k.params[p]) for p in k.active_arrays]
     launcher.accumulators = [adj(k.params[p]) for p in k.active_scalars]
     active_locals = [s for s in launcher.locals if s.target in k.act.arrays]

@@ -77,6 +77,13 @@ def base_name(name: str) -> str:
 RESERVED = frozenset({"math", "np", "cuda", "njit", "prange", "numba"})
 
 
+def first_read(namer: Any, e: Elem) -> str:
+    """Name of the value an element holds at a thread's start (``optimize.owned_loads_first``):
+    ``_first_x_i3`` for ``x[i]``, ``_first_b_y_i4`` for the seed ``_b_y[i]``."""
+    where = _name(e, {}) or ""
+    return namer.fresh("first" + ("_" if where and not where.startswith("_") else "") + where)
+
+
 def readable(source: list[Stmt], taken: Iterable[str]) -> dict[str, str]:
     """Names for the temporaries of the lowered kernel ``source`` after what they hold: ``x_i`` for
     ``x[i]``, ``sin_x`` for ``math.sin`` of it, ``x_i_minus_x_j`` for ``x[i] - x[j]``; else, for the value a

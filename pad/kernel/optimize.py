@@ -27,7 +27,9 @@ from pad.kernel.analysis import (
 from pad.kernel.ir import (
     ArrayKind,
     Assign,
+    Break,
     Call,
+    Continue,
     Elem,
     Expr,
     Fill,
@@ -38,6 +40,7 @@ from pad.kernel.ir import (
     LocalArray,
     Name,
     Pop,
+    Return,
     Stmt,
     Store,
     While,
@@ -56,7 +59,7 @@ from pad.kernel.ir import (
     substitute,
     walk,
 )
-from pad.kernel.names import ADJOINT, PRIVATE, base_name, private
+from pad.kernel.names import ADJOINT, PRIVATE, base_name, first_read, private
 
 
 def tidy(body: list[Stmt], keep: set[str], type_of: Callable[[str], str]) -> list[Stmt]:
@@ -726,6 +729,8 @@ def _elems(e: Expr) -> Iterator[Elem]:
 
 UNROLLED_TRIPS = 4  # ``unroll``: loops of at most this many iterations
 UNROLLED_STATEMENTS = 96  # and at most this many statements in all copies of the body (a nested loop's once)
+UNROLLED_OUTPUT_TRIPS = 8  # ``owned_store_loops``: loops of at most this many iterations
+UNROLLED_OUTPUT_STATEMENTS = 384  # and statements in all copies of the body
 
 
 def small_loops(body: list[Stmt], among: set[int]) -> set[int]:
@@ -743,6 +748,36 @@ def small_loops(body: list[Stmt], among: set[int]) -> set[int]:
             and len(values) * len(inner) <= UNROLLED_STATEMENTS
             and s.var not in assigned(s.body)
             and not any(isinstance(x, (LocalArray, While)) for x in inner)
+        ):
+            out.add(id(s))
+    return out
+
+
+def owned_store_loops(body: list[Stmt], launch_index: str, kinds: dict[str, Kind]) -> set[int]:
+    """id() of the ``for`` loops that ``unroll`` takes so that ``owned_loads_first`` reaches their elements:
+    literal bounds, at most ``UNROLLED_OUTPUT_TRIPS`` iterations, storing into an array at an index of
+    literals, the launch index and the loop's variable (``fs[0, k, i] = ...``: an adjoint reads those
+    elements' seeds)."""
+    out: set[int] = set()
+    for s in walk(body):
+        values = literal_range(s)
+        if values is None or len(values) > UNROLLED_OUTPUT_TRIPS:
+            continue
+        assert isinstance(s, For)
+        inner = list(walk(s.body))
+        if (
+            s.var in assigned(s.body)
+            or len(values) * len(inner) > UNROLLED_OUTPUT_STATEMENTS
+            or any(isinstance(x, (LocalArray, While, For)) for x in inner)
+        ):
+            continue
+        if any(
+            isinstance(x, Store)
+            and not is_local(kinds, x.array)
+            and Name(launch_index) in x.index
+            and Name(s.var) in x.index
+            and all(isinstance(e, Lit) or e in (Name(launch_index), Name(s.var)) for e in x.index)
+            for x in inner
         ):
             out.add(id(s))
     return out
@@ -766,3 +801,123 @@ def unroll(body: list[Stmt], loops: set[int]) -> list[Stmt]:
         if len(values):
             out.append(Assign(s.var, Lit(values[-1]), line=s.line))
     return out
+
+
+def owned_loads_first(
+    body: list[Stmt], launch_index: str, kinds: dict[str, Kind], types: dict[str, str], namer: Any
+) -> list[Stmt]:
+    """A CUDA kernel body with the first read of each element its iteration alone touches (``A[i]``,
+    ``A[0, i]``: literals and the launch index) moved to the body's start, where the first access to that
+    element is a read outside loops (a load, or the read of ``A[i] += v``, which becomes ``A[i] = a + v``).
+
+    Such an element holds at the start what it holds at its first access, since nothing else writes it; but
+    the compiler cannot move the load there itself, above stores and atomic adds into arrays that for all it
+    knows overlap it, and a GPU thread that loads after its stores waits for them (an adjoint reads its
+    seeds and adds into its inputs' shadows after its reverse sweep's scatters: docs/benchmarks.md, "Loads
+    before stores"). Arrays accessed anywhere at another index are left alone, and so is a read under a
+    branch unless every way through the body accesses the same element (the hoisted load must be in bounds).
+    """
+
+    def plain(index: tuple[Expr, ...]) -> bool:
+        return (
+            all(isinstance(x, Lit) or x == Name(launch_index) for x in index) and Name(launch_index) in index
+        )
+
+    accesses: list[tuple[Stmt, str, tuple[Expr, ...], bool, bool]] = []  # stmt, array, index, read, guarded
+
+    def visit(stmts: list[Stmt], guarded: bool, looped: bool) -> None:
+        for s in stmts:
+            once = not looped and not isinstance(s, While)  # a ``while`` evaluates its test again
+            for e in exprs_of(s):
+                for x in _elems(e):
+                    accesses.append((s, x.array, x.index, once, guarded))
+            if isinstance(s, Store):
+                accesses.append((s, s.array, s.index, s.accumulate and not looped, guarded))
+            if isinstance(s, If):
+                visit(s.body, True, looped)
+                visit(s.orelse, True, looped)
+            elif blocks(s):
+                for block in blocks(s):
+                    visit(block, guarded, True)
+            guarded = guarded or _may_leave(s)
+
+    visit(body, False, False)
+    kind = {a: kinds.get(a, kinds.get(base_name(a))) for _, a, _, _, _ in accesses}
+    floats = {a for a, k in kind.items() if isinstance(k, ArrayKind) and not k.local and k.dtype.kind == "f"}
+    # A thread adds into elements others share through the array's private name (``names.private``).
+    candidates = {
+        a
+        for a in floats
+        if not a.startswith(PRIVATE)
+        and all(plain(ix) for _, b, ix, _, _ in accesses if b.removeprefix(PRIVATE) == a)
+    }
+    unconditional = _certain_elements(body)
+    first: dict[tuple[str, tuple[Expr, ...]], tuple[Stmt, bool, bool]] = {}
+    for s, a, ix, read, guarded in accesses:
+        if a in candidates and (a, ix) not in first:
+            first[(a, ix)] = (s, read, guarded)
+    hoisted: dict[int, dict[tuple[str, tuple[Expr, ...]], str]] = {}
+    loads: list[Stmt] = []
+    for (a, ix), (s, read, guarded) in first.items():
+        if not read or (guarded and (a, ix) not in unconditional):
+            continue
+        name = first_read(namer, Elem(a, ix))
+        types[name] = element_type(kind[a])
+        hoisted.setdefault(id(s), {})[(a, ix)] = name
+        loads.append(Assign(name, Elem(a, ix)))
+    if not loads:
+        return body
+
+    def replaced(e: Expr, names: dict[tuple[str, tuple[Expr, ...]], str]) -> Expr:
+        if isinstance(e, Elem):
+            key = (e.array, e.index)
+            return (
+                Name(names[key])
+                if key in names
+                else Elem(e.array, tuple(replaced(x, names) for x in e.index))
+            )
+        if isinstance(e, Call):
+            return Call(e.op, tuple(replaced(x, names) for x in e.args))
+        return e
+
+    def transform(stmts: list[Stmt]) -> list[Stmt]:
+        out: list[Stmt] = []
+        for s in stmts:
+            names = hoisted.get(id(s))
+            if names is None:
+                out.append(map_blocks(s, transform) if blocks(s) else s)
+                continue
+            own = functools.partial(replaced, names=names)  # the statement's own expressions, not its blocks'
+            if isinstance(s, If):
+                out.append(If(own(s.cond), transform(s.body), transform(s.orelse), line=s.line))
+            elif isinstance(s, For):
+                out.append(For(s.var, own(s.start), own(s.stop), own(s.step), transform(s.body), line=s.line))
+            elif isinstance(s, Store) and s.accumulate and (s.array, s.index) in names:
+                start = Name(names[(s.array, s.index)])
+                out.append(Store(s.array, s.index, call("add", start, own(s.value)), line=s.line))
+            else:
+                [new] = rewrite([s], own, lambda n: n)
+                out.append(new)
+        return out
+
+    return loads + transform(body)
+
+
+def _certain_elements(stmts: list[Stmt]) -> set[tuple[str, tuple[Expr, ...]]]:
+    """The (array, index) elements every way through ``stmts`` accesses outside loops: both arms of an ``if``
+    count where each does, and nothing from the first statement that may leave the body on."""
+    out: set[tuple[str, tuple[Expr, ...]]] = set()
+    for s in stmts:
+        if _may_leave(s):
+            break
+        out |= {(x.array, x.index) for e in exprs_of(s) for x in _elems(e)}
+        if isinstance(s, Store):
+            out.add((s.array, s.index))
+        elif isinstance(s, If):
+            out |= _certain_elements(s.body) & _certain_elements(s.orelse)
+    return out
+
+
+def _may_leave(s: Stmt) -> bool:
+    """Whether ``s`` may end its block early (a ``return``, ``break`` or ``continue`` in it)."""
+    return any(isinstance(x, (Return, Break, Continue)) for x in walk([s]))
