@@ -832,7 +832,9 @@ def _adds_over_zeros(stmts: list[Stmt]) -> list[Stmt]:
     clearing store to reach the cache, and its store made a second one."""
     out: list[Stmt | None] = [map_blocks(s, _adds_over_zeros) for s in stmts]
     for p, s in enumerate(out):
-        if not (isinstance(s, Store) and not s.accumulate and isinstance(s.value, Lit) and s.value.value == 0):
+        if not (
+            isinstance(s, Store) and not s.accumulate and isinstance(s.value, Lit) and s.value.value == 0
+        ):
             continue
         touched = {s.array} | {a for e in s.index for a in arrays_in(e)}
         names = {n for e in s.index for n in names_in(e)}
