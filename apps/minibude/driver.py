@@ -134,7 +134,9 @@ class Docking:
             grad = xp.zeros_like(
                 {"protein": self.protein_xyz, "poses": self.poses, "forcefield": self.ff_params}[wrt]
             )
-            shadows = (grad, xp.ones(self.nlocal, np.float32), xp.zeros_like(self.coef))
+            shadows: tuple[Any, ...] = (grad, xp.ones(self.nlocal, np.float32))
+            if wrt == "forcefield":  # and the shadow of the coefficients, which its adjoint goes through
+                shadows += (xp.zeros_like(self.coef),)
             step = self._gradients[wrt] = (pad.graph(functools.partial(self._differentiate, wrt)), shadows)
         graph, shadows = step
         graph(
@@ -144,7 +146,7 @@ class Docking:
 
     def _differentiate(
         self, wrt: str, protein_xyz: Any, ligand_xyz: Any, ff_params: Any, coef: Any, poses: Any, energies: Any,
-        grad: Any, seed: Any, dcoef: Any,
+        grad: Any, seed: Any, dcoef: Any = None,
     ) -> None:  # fmt: skip
         """``gradient``'s step: the shadows set, then ``autodiff`` of the energies with respect to ``wrt``.
         Every float array is passed to ``pad.autodiff`` (as ``Const`` unless differentiated): an array a
