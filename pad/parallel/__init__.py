@@ -89,6 +89,26 @@ def _perform(variant: Variant, run: Any, cupy: bool, quiet: bool) -> Any:
         raise IndexError(message) from None
 
 
+def _distinct(k: Kernel, variant: Variant, args: tuple, checked: bool) -> None:
+    """Refuse a differentiated launch that writes an array sharing memory with another of its arguments: its
+    derivative gives every argument a shadow of its own (and a CUDA adjoint reads a thread's own elements
+    first), so an alias would give a silently wrong derivative. One array passed twice is looked for on every
+    launch; views of one memory under two names, which cost more to find, with ``checked`` (``PAD_DEBUG``)."""
+    held = [a for a in args if getattr(a, "ndim", 0)]
+    if not checked and len(set(map(id, held))) == len(held):
+        return
+    spans = {p: arrays.extent(a) for p, a in enumerate(args) if getattr(a, "ndim", 0)}
+    for p in variant.stored:
+        for q, span in spans.items():
+            if q != p and arrays.overlap(spans[p], span):
+                names = k.fn.__code__.co_varnames[1 : len(args) + 1]
+                raise ValueError(
+                    f"pad.launch({k.fn.__name__}): arguments {names[p]!r} and {names[q]!r} share memory, "
+                    f"and the kernel writes {names[p]!r}: a differentiated launch needs a distinct array for "
+                    "each (pass a copy)"
+                )
+
+
 def launch_stats() -> dict[str, Any]:
     """What the CPU launches' inspectors cost and chose (pad/parallel/plans.py): ``inspections`` and
     ``inspect_s`` (seconds, compiling excluded), ``validations`` and ``validate_s`` (cached plans checked
@@ -117,6 +137,7 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
     plain = tuple(float(a) if isinstance(a, tape.ActiveScalar) else a for a in args)
     if not ctx.reverse_mode:
         variant = k.variant(plain, "tangent", active, target)
+        _distinct(k, variant, plain, checked)
         ctx.will_write((args[p] for p in variant.stored), LaunchAccess(variant, n, args))
         tangents = [shadows[p] for p in variant.active_arrays]
         tangents += [args[p].tangent for p in variant.active_scalars]
@@ -126,6 +147,7 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
         return
     signature = k.signature(plain)
     variant = k.variant(plain, "adjoint", active, target, signature)
+    _distinct(k, variant, plain, checked)
     if variant.inspector is not None:  # inspects the index arrays before the primal reads them
         plans.prepare(variant, n, plain)
     fused = None

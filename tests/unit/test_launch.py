@@ -6,6 +6,7 @@ import math
 import sys
 
 import numpy as np
+import pytest
 
 import pad
 
@@ -356,3 +357,30 @@ def test_a_full_stack_grows_to_twice_its_room_keeping_what_it_holds():
         grown = runtime.grown(stack)
         assert grown.dtype == stack.dtype and grown.shape == (2 * stack.shape[0],)
         np.testing.assert_array_equal(grown[: stack.shape[0]], stack)
+
+
+@pad.kernel
+def _write_both(i, x, y, z):
+    y[i] = x[i] * x[i]
+    z[i] = 2.0 * x[i]
+
+
+@pytest.mark.parametrize("mode", ["autodiff", "fwddiff"])
+@pytest.mark.parametrize("alias", ["same array", "a view"])
+def test_a_differentiated_launch_refuses_a_written_array_passed_twice(mode, alias):
+    """Each argument gets a shadow of its own: an alias of a written one would give a silently wrong
+    derivative (it gave 2 + 2 x where the run's derivative is 2). The primal launch runs as written. A view
+    of the same memory under another name is looked for under PAD_DEBUG."""
+    x, y = np.linspace(0.5, 1.0, 4), np.zeros(4)
+    pad.launch(_write_both, 4, x, y, y)
+    np.testing.assert_allclose(y, 2 * x)
+
+    def program(x, y):
+        pad.launch(_write_both, 4, x, y, y if alias == "same array" else y[::-1][::-1])
+
+    args = (pad.Dup(x, np.zeros(4)), pad.Dup(y, np.ones(4)))
+    with (
+        pad.debug(alias == "a view"),
+        pytest.raises(ValueError, match=r"_write_both.*'y' and 'z' share memory"),
+    ):
+        getattr(pad, mode)(program, *args)
