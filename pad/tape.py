@@ -774,15 +774,41 @@ def _parameter_names(f: Callable[..., Any]) -> list[str]:
         return []
 
 
+def _check_memories(dups: list[tuple[str, Any, Any]]) -> None:
+    """Refuse ``Dup`` arrays and shadows that share memory (one ``Dup`` given twice aside): a shadow that is
+    another argument's array or shadow, or one array with two shadows, would give a silently wrong
+    derivative. ``dups``: (what, array, shadow)."""
+    spans: list[tuple[tuple[bool, int, int], str]] = []
+    seen: set[tuple[int, int]] = set()
+    for what, x, dx in dups:
+        if (id(x), id(dx)) not in seen:
+            seen.add((id(x), id(dx)))
+            spans += [(arrays.extent(x), f"{what}'s array"), (arrays.extent(dx), f"{what}'s shadow")]
+    spans.sort(key=lambda span: span[0])
+    for (a, first), (b, second) in zip(spans, spans[1:], strict=False):  # any overlap has an adjacent one
+        if arrays.overlap(a, b):
+            raise ValueError(
+                f"{first} and {second} share memory: every differentiated array needs a shadow of its own, "
+                "apart from every array and shadow (pass copies)"
+            )
+
+
 def _prepare(ctx: Context, args: tuple, reverse_mode: bool, f: Callable[..., Any]) -> list[Any]:
     """Turn annotated arguments into the values ``f`` receives, registering shadows with ``ctx``."""
     values: list[Any] = []
     names = _parameter_names(f)
+    dups = [
+        (f"argument {pos}" + (f" ({names[pos]!r})" if pos < len(names) else ""), arg.value, arg.shadow)
+        for pos, arg in enumerate(args)
+        if isinstance(arg, Dup) and hasattr(arg.value, "shape")
+    ]
+    for what, x, dx in dups:
+        _check_pair(x, dx, what)
+    _check_memories(dups)
     for pos, arg in enumerate(args):
         what = f"argument {pos}"
         if isinstance(arg, Dup):
             if hasattr(arg.value, "shape"):
-                _check_pair(arg.value, arg.shadow, what)
                 ctx.bind(arg.value, arg.shadow)
                 named = f" ({names[pos]!r})" if pos < len(names) else ""
                 ctx.protect(arg.value, arg.shadow, f"argument {pos}{named}")

@@ -301,6 +301,46 @@ def test_read_only_shadow():
         pad.autodiff(_program, pad.Dup(np.ones(3), shadow), pad.Dup(np.zeros(3), np.ones(3)))
 
 
+@pytest.mark.parametrize("mode", ["autodiff", "fwddiff"])
+@pytest.mark.parametrize(
+    ("case", "match"),
+    [
+        ("the array as its own shadow", r"argument 0 \('x'\)'s array and argument 0 \('x'\)'s shadow"),
+        ("one shadow for two arrays", r"argument 0 \('x'\)'s shadow and argument 1 \('y'\)'s shadow"),
+        ("a shadow that is another's array", r"argument 0 \('x'\)'s shadow and argument 1 \('y'\)'s array"),
+        ("one array with two shadows", r"argument 0 \('x'\)'s array and argument 1 \('y'\)'s array"),
+        ("a view of another's shadow", r"shadow and argument 1 \('y'\)'s shadow"),
+    ],
+)
+def test_arrays_and_shadows_that_share_memory_are_refused(mode, case, match):
+    """Each would give a silently wrong derivative (the shadows' semantics assume memory of their own);
+    nothing runs."""
+    x, y, buffer = np.ones(3), np.zeros(3), np.zeros(6)
+    pairs = {
+        "the array as its own shadow": ((x, x), (y, np.ones(3))),
+        "one shadow for two arrays": ((x, buffer[:3]), (y, buffer[:3])),
+        "a shadow that is another's array": ((x, y), (y, np.ones(3))),
+        "one array with two shadows": ((x, np.zeros(3)), (x, np.ones(3))),
+        "a view of another's shadow": ((x, buffer[:3]), (y, buffer[1:4])),
+    }[case]
+    with pytest.raises(ValueError, match=match):
+        getattr(pad, mode)(_program, *(pad.Dup(a, d) for a, d in pairs))
+    assert not y.any()
+
+
+def test_one_dup_given_twice_is_one_shadow():
+    x, dx = np.linspace(1.0, 2.0, 3), np.zeros(3)
+    pad.autodiff(lambda a, b: pad.launch(k_ok, 3, a, b), pad.Dup(x, dx), pad.Dup(np.zeros(3), np.ones(3)))
+    single = dx.copy()
+    dx[:] = 0.0
+
+    def twice(a, a_again, b):
+        pad.launch(k_ok, 3, a, b)
+
+    pad.autodiff(twice, pad.Dup(x, dx), pad.Dup(x, dx), pad.Dup(np.zeros(3), np.ones(3)))
+    np.testing.assert_allclose(dx, single)
+
+
 def test_integer_array_cannot_be_dup():
     with pytest.raises(TypeError, match="floating-point"):
         pad.autodiff(_program, pad.Dup(np.ones(3, np.int64), np.ones(3, np.int64)), np.zeros(3))
