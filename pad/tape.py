@@ -797,8 +797,11 @@ def _prepare(ctx: Context, args: tuple, reverse_mode: bool, f: Callable[..., Any
     """Turn annotated arguments into the values ``f`` receives, registering shadows with ``ctx``."""
     values: list[Any] = []
     names = _parameter_names(f)
+    named = [
+        f"argument {pos}" + (f" ({names[pos]!r})" if pos < len(names) else "") for pos in range(len(args))
+    ]
     dups = [
-        (f"argument {pos}" + (f" ({names[pos]!r})" if pos < len(names) else ""), arg.value, arg.shadow)
+        (named[pos], arg.value, arg.shadow)
         for pos, arg in enumerate(args)
         if isinstance(arg, Dup) and hasattr(arg.value, "shape")
     ]
@@ -810,8 +813,7 @@ def _prepare(ctx: Context, args: tuple, reverse_mode: bool, f: Callable[..., Any
         if isinstance(arg, Dup):
             if hasattr(arg.value, "shape"):
                 ctx.bind(arg.value, arg.shadow)
-                named = f" ({names[pos]!r})" if pos < len(names) else ""
-                ctx.protect(arg.value, arg.shadow, f"argument {pos}{named}")
+                ctx.protect(arg.value, arg.shadow, named[pos])
                 values.append(arg.value)
             elif reverse_mode:
                 raise TypeError(f"{what}: Dup of a scalar is forward-mode only; use pad.Active in autodiff")

@@ -94,10 +94,10 @@ def _distinct(k: Kernel, variant: Variant, args: tuple, checked: bool) -> None:
     derivative gives every argument a shadow of its own (and a CUDA adjoint reads a thread's own elements
     first), so an alias would give a silently wrong derivative. One array passed twice is looked for on every
     launch; views of one memory under two names, which cost more to find, with ``checked`` (``PAD_DEBUG``)."""
-    held = [a for a in args if getattr(a, "ndim", 0)]
-    if not checked and len(set(map(id, held))) == len(held):
+    held = {p: a for p, a in enumerate(args) if getattr(a, "ndim", 0)}
+    if not checked and len(set(map(id, held.values()))) == len(held):
         return
-    spans = {p: arrays.extent(a) for p, a in enumerate(args) if getattr(a, "ndim", 0)}
+    spans = {p: arrays.extent(a) for p, a in held.items()}
     for p in variant.stored:
         for q, span in spans.items():
             if q != p and arrays.overlap(spans[p], span):
