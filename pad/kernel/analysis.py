@@ -302,7 +302,7 @@ def definitions(body: list[Stmt], launch_index: str, kinds: dict[str, Kind]) -> 
         for s in walk(body)
         if isinstance(s, Assign)
         and counts[s.target] == 1
-        and isinstance(_resolve(s.value, NO_DEFINITIONS), Name)
+        and isinstance(resolve(s.value, NO_DEFINITIONS), Name)
     }
     invariant = frozenset(n for n, k in kinds.items() if isinstance(k, str) and n not in counts)
     defs = Definitions(values, invariant)
@@ -318,14 +318,14 @@ def _partitions(loop: For, launch_index: str, defs: Definitions) -> bool:
     """Whether ``loop`` runs over ``range(g(i), g(i + 1), step)`` with ``g(x) = x * a // b`` (or ``x * a``)
     for loop-invariant ``a`` and ``b`` and a positive step: ``g`` is monotone, so the ranges of different
     launch indices are disjoint (or empty, where ``g`` decreases). LULESH's chunked reductions loop so."""
-    step = _resolve(loop.step, defs)
+    step = resolve(loop.step, defs)
     if not (isinstance(step, Lit) and type(step.value) is int and step.value > 0):
         return False
     start = _scaled(loop.start, defs, launch_index)
     stop = _scaled(loop.stop, defs, launch_index)
     if start is None or stop is None or start[1:] != stop[1:]:
         return False
-    return start[0] == Name(launch_index) and _resolve(stop[0], defs) in (
+    return start[0] == Name(launch_index) and resolve(stop[0], defs) in (
         Call("add", (Name(launch_index), Lit(1))),
         Call("add", (Lit(1), Name(launch_index))),
     )
@@ -339,19 +339,19 @@ def _scaled(e: Expr, defs: Definitions, launch_index: str) -> tuple[Expr, Expr, 
         inv = _invariant(e, defs)
         return None if inv == Name(launch_index) else inv
 
-    e = _resolve(e, defs)
+    e = resolve(e, defs)
     b: Expr | None = None
     if isinstance(e, Call) and e.op == "floordiv" and len(e.args) == 2:
         b = invariant(e.args[1])
         if b is None:
             return None
-        e = _resolve(e.args[0], defs)
+        e = resolve(e.args[0], defs)
     if not (isinstance(e, Call) and e.op == "mul" and len(e.args) == 2):
         return None
     for x, a in (e.args, e.args[::-1]):
         inv = invariant(a)
         if inv is not None:
-            return _resolve(x, defs), inv, b
+            return resolve(x, defs), inv, b
     return None
 
 
@@ -367,21 +367,21 @@ def targets(s: Stmt) -> list[str]:
 def owned(index: tuple[Expr, ...], launch_index: str, defs: Definitions = NO_DEFINITIONS) -> bool:
     """Whether an element at ``index`` belongs to one iteration: the index contains the launch index itself,
     or both ``i // m`` and ``i % m`` for one loop-invariant ``m`` (``i = (i // m) * m + i % m``)."""
-    resolved = [_resolve(x, defs) for x in index]
+    resolved = [resolve(x, defs) for x in index]
     if any(isinstance(x, Name) and (x.id == launch_index or x.id in defs.partitions) for x in resolved):
         return True
     quotients: set[Expr] = set()
     remainders: set[Expr] = set()
     for x in index:
-        e = _resolve(x, defs)
+        e = resolve(x, defs)
         if isinstance(e, Call) and e.op in ("floordiv", "mod") and len(e.args) == 2:
-            a, m = _resolve(e.args[0], defs), _invariant(e.args[1], defs)
+            a, m = resolve(e.args[0], defs), _invariant(e.args[1], defs)
             if isinstance(a, Name) and a.id == launch_index and m is not None:
                 (quotients if e.op == "floordiv" else remainders).add(m)
     return bool(quotients & remainders)
 
 
-def _resolve(e: Expr, defs: Definitions) -> Expr:
+def resolve(e: Expr, defs: Definitions) -> Expr:
     """``e`` with names of single top-level assignments and copies looked through."""
     for _ in range(len(defs.values) + 1):
         if isinstance(e, Name) and e.id in defs.values:
@@ -396,7 +396,7 @@ def _resolve(e: Expr, defs: Definitions) -> Expr:
 def _invariant(e: Expr, defs: Definitions) -> Expr | None:
     """A canonical form of ``e`` if it is the same in every iteration (an int literal, an unassigned scalar
     parameter, an array's shape), else None."""
-    e = _resolve(e, defs)
+    e = resolve(e, defs)
     if isinstance(e, Lit) and type(e.value) is int and e.value != 0:
         return e
     if isinstance(e, Name) and e.id in defs.invariant:

@@ -19,8 +19,10 @@ from pad.kernel.analysis import (
     FLOATS,
     NO_DEFINITIONS,
     Definitions,
+    definitions,
     is_local,
     owned,
+    resolve,
     targets,
     uniform_add_names,
 )
@@ -816,7 +818,14 @@ def owned_loads_first(
     seeds and adds into its inputs' shadows after its reverse sweep's scatters: docs/benchmarks.md, "Loads
     before stores"). Arrays accessed anywhere at another index are left alone, and so is a read under a
     branch unless every way through the body accesses the same element (the hoisted load must be in bounds).
+    Indices are compared with the names that hold a literal or the launch index looked through (an inlined
+    helper's copy of ``i``).
     """
+    defs = definitions(body, launch_index, kinds)
+
+    def canonical(index: tuple[Expr, ...]) -> tuple[Expr, ...]:
+        values = [resolve(x, defs) for x in index]
+        return tuple(v if isinstance(v, Lit) or v == Name(launch_index) else x for x, v in zip(index, values))
 
     def plain(index: tuple[Expr, ...]) -> bool:
         return (
@@ -830,9 +839,9 @@ def owned_loads_first(
             once = not looped and not isinstance(s, While)  # a ``while`` evaluates its test again
             for e in exprs_of(s):
                 for x in _elems(e):
-                    accesses.append((s, x.array, x.index, once, guarded))
+                    accesses.append((s, x.array, canonical(x.index), once, guarded))
             if isinstance(s, Store):
-                accesses.append((s, s.array, s.index, s.accumulate and not looped, guarded))
+                accesses.append((s, s.array, canonical(s.index), s.accumulate and not looped, guarded))
             if isinstance(s, If):
                 visit(s.body, True, looped)
                 visit(s.orelse, True, looped)
@@ -851,7 +860,7 @@ def owned_loads_first(
         if not a.startswith(PRIVATE)
         and all(plain(ix) for _, b, ix, _, _ in accesses if b.removeprefix(PRIVATE) == a)
     }
-    unconditional = _certain_elements(body)
+    unconditional = _certain_elements(body, canonical)
     first: dict[tuple[str, tuple[Expr, ...]], tuple[Stmt, bool, bool]] = {}
     for s, a, ix, read, guarded in accesses:
         if a in candidates and (a, ix) not in first:
@@ -870,7 +879,7 @@ def owned_loads_first(
 
     def replaced(e: Expr, names: dict[tuple[str, tuple[Expr, ...]], str]) -> Expr:
         if isinstance(e, Elem):
-            key = (e.array, e.index)
+            key = (e.array, canonical(e.index))
             return (
                 Name(names[key])
                 if key in names
@@ -892,8 +901,8 @@ def owned_loads_first(
                 out.append(If(own(s.cond), transform(s.body), transform(s.orelse), line=s.line))
             elif isinstance(s, For):
                 out.append(For(s.var, own(s.start), own(s.stop), own(s.step), transform(s.body), line=s.line))
-            elif isinstance(s, Store) and s.accumulate and (s.array, s.index) in names:
-                start = Name(names[(s.array, s.index)])
+            elif isinstance(s, Store) and s.accumulate and (s.array, canonical(s.index)) in names:
+                start = Name(names[(s.array, canonical(s.index))])
                 out.append(Store(s.array, s.index, call("add", start, own(s.value)), line=s.line))
             else:
                 [new] = rewrite([s], own, lambda n: n)
@@ -903,18 +912,20 @@ def owned_loads_first(
     return loads + transform(body)
 
 
-def _certain_elements(stmts: list[Stmt]) -> set[tuple[str, tuple[Expr, ...]]]:
+def _certain_elements(
+    stmts: list[Stmt], canonical: Callable[[tuple[Expr, ...]], tuple[Expr, ...]]
+) -> set[tuple[str, tuple[Expr, ...]]]:
     """The (array, index) elements every way through ``stmts`` accesses outside loops: both arms of an ``if``
     count where each does, and nothing from the first statement that may leave the body on."""
     out: set[tuple[str, tuple[Expr, ...]]] = set()
     for s in stmts:
         if _may_leave(s):
             break
-        out |= {(x.array, x.index) for e in exprs_of(s) for x in _elems(e)}
+        out |= {(x.array, canonical(x.index)) for e in exprs_of(s) for x in _elems(e)}
         if isinstance(s, Store):
-            out.add((s.array, s.index))
+            out.add((s.array, canonical(s.index)))
         elif isinstance(s, If):
-            out |= _certain_elements(s.body) & _certain_elements(s.orelse)
+            out |= _certain_elements(s.body, canonical) & _certain_elements(s.orelse, canonical)
     return out
 
 

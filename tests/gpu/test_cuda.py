@@ -607,18 +607,21 @@ def test_a_tape_sized_on_the_host_is_not_replayed():
     assert g.why is not None and "sizes its tape on the host" in g.why
 
 
-@pytest.mark.parametrize("case", ["gather", "branches", "early return"])
+@pytest.mark.parametrize("case", ["gather", "helper", "branches", "early return"])
 def test_adjoints_reading_their_seeds_first_agree_with_finite_differences(case):
     """The seeds and the threads' own shadow elements read at the start (``optimize.owned_loads_first``),
-    next to atomic adds into shared elements, under branches, and past an early return (where an output has
-    fewer elements than the launch: the simulator checks every index)."""
+    next to atomic adds into shared elements, through a helper's name for the launch index, under branches,
+    and past an early return (where an output has fewer elements than the launch: the simulator checks every
+    index)."""
     from tests.unit.test_loads_first import (
         branch_args,
         early_return_args,
         gather_args,
+        helper_args,
         k_branches,
         k_early_return,
         k_gather_scale,
+        k_helper_outputs,
     )
 
     if case == "gather":
@@ -626,6 +629,11 @@ def test_adjoints_reading_their_seeds_first_agree_with_finite_differences(case):
         n = x.shape[0]
         args = (device(idx), *(pad.Dup(device(a), device(np.zeros_like(a))) for a in (x, s, y)))
         pad.check_grad(lambda *a: pad.launch(k_gather_scale, n, *a), *args)
+    elif case == "helper":
+        idx, x, y, z = helper_args()
+        n = x.shape[0]
+        args = (device(idx), *(pad.Dup(device(a), device(np.zeros_like(a))) for a in (x, y, z)))
+        pad.check_grad(lambda *a: pad.launch(k_helper_outputs, n, *a), *args)
     elif case == "branches":
         c, x, y, z = branch_args()
         n = x.shape[0]

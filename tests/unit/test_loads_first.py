@@ -40,6 +40,20 @@ def k_early_return(i, m, x, y):
     y[i] = x[i] * x[i]
 
 
+@pad.func
+def store_pair(j, t, y):
+    """Outputs at the helper's own name for the launch index."""
+    y[0, j] = t
+    y[1, j] = t * t
+
+
+@pad.kernel
+def k_helper_outputs(i, idx, x, y, z):
+    """A helper's outputs, then a gather's (whose adjoint, run first, adds atomically into x's shadow)."""
+    store_pair(i, x[idx[0, i]] * x[i], y)
+    z[i] = x[idx[1, i]] * x[idx[1, i]]
+
+
 def gather_args(n: int = 6) -> tuple[np.ndarray, ...]:
     rng = np.random.default_rng(3)
     idx = rng.integers(0, n, size=(4, n)).astype(np.int32)
@@ -49,6 +63,11 @@ def gather_args(n: int = 6) -> tuple[np.ndarray, ...]:
 def branch_args(n: int = 6) -> tuple[np.ndarray, ...]:
     rng = np.random.default_rng(4)
     return rng.uniform(-1, 1, n), rng.uniform(0.5, 1.5, n), np.zeros(n), np.zeros(n)
+
+
+def helper_args(n: int = 6) -> tuple[np.ndarray, ...]:
+    idx, x, _, _ = gather_args(n)
+    return idx, x, np.zeros((2, n)), np.zeros(n)
 
 
 def early_return_args(n: int = 6) -> tuple[np.ndarray, ...]:
@@ -73,6 +92,12 @@ def test_seeds_and_own_shadows_are_read_before_the_scatter():
     assert not any("_b_x" in x for x in loaded)  # shared with other threads' atomic adds
     # the first add into the thread's own element starts from the value read first; later adds stay adds
     assert any(line.startswith("_b_s[i] = _first") for line in lines)
+
+
+def test_a_helpers_name_for_the_launch_index_is_seen_through():
+    lines = _lines(k_helper_outputs, helper_args(), (False, True, True, True))
+    hoisted = {line.split(" = ")[1] for line in lines[: _first_atomic(lines)] if line.startswith("_first")}
+    assert {"_b_y[0, i]", "_b_y[1, i]", "_b_z[i]"} <= hoisted
 
 
 def test_a_read_on_one_way_through_a_branch_stays_there():
