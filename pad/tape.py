@@ -14,6 +14,7 @@ import ast
 import contextlib
 import hashlib
 import inspect
+import itertools
 import linecache
 import os
 import sys
@@ -785,7 +786,7 @@ def _check_memories(dups: list[tuple[str, Any, Any]]) -> None:
             seen.add((id(x), id(dx)))
             spans += [(arrays.extent(x), f"{what}'s array"), (arrays.extent(dx), f"{what}'s shadow")]
     spans.sort(key=lambda span: span[0])
-    for (a, first), (b, second) in zip(spans, spans[1:], strict=False):  # any overlap has an adjacent one
+    for (a, first), (b, second) in itertools.pairwise(spans):  # any overlap has an adjacent one
         if arrays.overlap(a, b):
             raise ValueError(
                 f"{first} and {second} share memory: every differentiated array needs a shadow of its own, "

@@ -825,7 +825,10 @@ def owned_loads_first(
 
     def canonical(index: tuple[Expr, ...]) -> tuple[Expr, ...]:
         values = [resolve(x, defs) for x in index]
-        return tuple(v if isinstance(v, Lit) or v == Name(launch_index) else x for x, v in zip(index, values))
+        return tuple(
+            v if isinstance(v, Lit) or v == Name(launch_index) else x
+            for x, v in zip(index, values, strict=True)
+        )
 
     def plain(index: tuple[Expr, ...]) -> bool:
         return (
