@@ -29,15 +29,31 @@ PRIVATE_BYTES = 1 << 28
 """The private buffers of a launch hold at most this many bytes, unless one copy per thread needs more: a
 plan's slots (up to ``plans.SLOTS`` copies) are cut to fit. Only then does a sum depend on the thread count."""
 
+CACHED_PRIVATE_BYTES = 1 << 21
+CACHED_SLOTS = 16
+"""Private copies together larger than ``CACHED_PRIVATE_BYTES`` are cut to as many as fit, but to no fewer
+than ``CACHED_SLOTS``: copies that leave the caches are each brought back from memory by their segment and
+by the sum, which cost more than their slots spread (64 copies of 4096 atoms' positions and charges: a pair
+potential's gradient 2.7x its energy, against 2.3x with 16; docs/benchmarks.md, "Private copies summed by
+blocks"). The cut depends on the arrays' sizes alone, so results still do not depend on the thread count."""
+
+
+ROW_BLOCK = 512
+"""Elements of the sum of private copies that one pass takes: the copies are read one after another over
+such a block (which stays in the L1 cache), where reading all of them at once element by element kept 64
+streams of memory open at a time, ten times slower (docs/benchmarks.md, "Private copies summed by blocks")."""
+
 
 def _add_rows(out: np.ndarray, rows: np.ndarray) -> None:
-    """``out += rows.sum(0)``, leaving ``rows`` zero."""
-    for j in prange(out.shape[0]):
-        total = out[j]
+    """``out += rows.sum(0)``, leaving ``rows`` zero; each element is summed in the rows' order."""
+    n = out.shape[0]
+    for b in prange((n + ROW_BLOCK - 1) // ROW_BLOCK):
+        lo = b * ROW_BLOCK
+        hi = min(lo + ROW_BLOCK, n)
         for r in range(rows.shape[0]):
-            total += rows[r, j]
-            rows[r, j] = 0
-        out[j] = total
+            for j in range(lo, hi):
+                out[j] += rows[r, j]
+                rows[r, j] = 0
 
 
 _sum_rows_into, _sum_rows_into_parallel = runtime.serial_and_parallel(_add_rows)
@@ -189,6 +205,8 @@ class Launch:
         self.private = [p in plan.private for _, p in self.variant.privates]
         slots = plan.slots
         copy = sum(b.nbytes for b, own in zip(self.bases, self.private, strict=True) if own)
+        if copy * slots > CACHED_PRIVATE_BYTES:
+            slots = min(slots, max(CACHED_SLOTS, CACHED_PRIVATE_BYTES // copy))
         if copy * slots > PRIVATE_BYTES:  # fewer copies, but never fewer than today's one per thread
             slots = max(1, min(slots, max(threads, PRIVATE_BYTES // copy)))
         self.slots = slots

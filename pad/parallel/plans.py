@@ -10,7 +10,8 @@ other, each colour split into at most ``SLOTS`` segments that threads run at onc
   element (how OP2 and PyOP2 run indirect increments), and each colour runs in parallel, adding in place;
 - *private*: many launch indices touch one element (every one, for an index that does not vary with the
   launch index): segment ``s`` accumulates into slot ``s`` of a buffer of ``SLOTS`` copies of the array,
-  summed into it in slot order after the launch.
+  summed into it in slot order after the launch (consecutive segments share a slot where so many copies
+  would not stay in the caches: ``cpu.CACHED_PRIVATE_BYTES``).
 
 The kernel's inspector (pad/kernel/inspector.py) finds which, where integer data decides the indices; it
 runs once per index array, and its plan is cached. A plan depends on the contents of the index arrays the

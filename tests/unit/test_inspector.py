@@ -197,6 +197,43 @@ def test_an_arbitrary_many_to_one_map_passes_check_grad():
     assert strategy("k_hex").startswith("coloured")
 
 
+@pad.kernel
+def k_field(i, x, q, e):
+    """Every launch index reads every charge: the charges' adjoint goes to private copies, 64 KiB each."""
+    s = 0.0
+    for j in range(q.shape[0]):
+        s += q[j] * q[j] * (x[i] + 0.001 * j)
+    e[i] = s
+
+
+def field_args(n: int = 256, m: int = 8192) -> tuple[np.ndarray, np.ndarray]:
+    rng = np.random.default_rng(9)
+    return rng.uniform(-1, 1, n), rng.uniform(-1, 1, m)
+
+
+def test_private_copies_beyond_the_caches_share_slots_and_pass_check_grad():
+    """64 copies of 8192 charges would take 4 MiB: consecutive segments share 32 of them."""
+    from pad.parallel import cpu
+
+    x, q = field_args()
+    assert q.nbytes * plans.SLOTS > cpu.CACHED_PRIVATE_BYTES > q.nbytes * cpu.CACHED_SLOTS
+    e = np.zeros(x.size)
+    pad.check_grad(
+        lambda x, q, e: pad.launch(k_field, x.size, x, q, e),
+        pad.Dup(x, np.zeros_like(x)),
+        pad.Dup(q, np.zeros_like(q)),
+        pad.Dup(e, np.zeros_like(e)),
+    )
+    dq, seed = np.zeros_like(q), np.linspace(0.5, 1.5, x.size)
+    pad.autodiff(
+        lambda q, e: pad.launch(k_field, x.size, x, q, e),
+        pad.Dup(q, dq),
+        pad.Dup(np.zeros(x.size), seed.copy()),
+    )
+    expected = 2.0 * q * (seed.sum() * 0.001 * np.arange(q.size) + seed @ x)
+    np.testing.assert_allclose(dq, expected, rtol=1e-12)
+
+
 def test_an_element_every_index_touches_runs_last_on_one_thread():
     """A sentinel that many launch indices point at (a boundary's shared zero slot) must not serialize the rest."""
     rng = np.random.default_rng(4)
@@ -408,7 +445,7 @@ def test_a_short_index_array_is_reported():
 
 THREADS = """
 import numba, numpy as np, pad
-from tests.unit.test_inspector import k_active, k_hex, k_scale, hex_nodes
+from tests.unit.test_inspector import field_args, k_active, k_field, k_hex, k_scale, hex_nodes
 from tests.unit.corpus import k_scatter_add
 
 rng = np.random.default_rng(8)
@@ -428,7 +465,10 @@ for threads in (1, 2, 4):
     da = np.zeros(1)  # a sum over 20000 launch indices (per thread, then over threads, before)
     pad.autodiff(lambda a, y: pad.launch(k_scale, 20000, a, w, y), pad.Dup(np.ones(1), da), pad.Dup(np.zeros(20000), w - 1.0))
     (a,) = pad.autodiff(lambda a, y: pad.launch(k_active, 20000, a, w, y), pad.Active(2.0), pad.Dup(np.zeros(20000), w - 1.0))
-    out[threads] = (dx, dw, h, da, np.array([a]))
+    fx, fq = field_args()  # private copies that share slots (cpu.CACHED_PRIVATE_BYTES)
+    dq = np.zeros_like(fq)
+    pad.autodiff(lambda q, e: pad.launch(k_field, fx.size, fx, q, e), pad.Dup(fq, dq), pad.Dup(np.zeros(fx.size), fx + 2.0))
+    out[threads] = (dx, dw, h, da, np.array([a]), dq)
 for threads in (2, 4):
     for a, b in zip(out[1], out[threads]):
         assert np.array_equal(a, b), threads
