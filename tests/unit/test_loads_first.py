@@ -41,10 +41,16 @@ def k_early_return(i, m, x, y):
 
 
 @pad.func
+def store_row(j, row, v, y):
+    """An output at the helper's own names for the launch index and for a literal row."""
+    y[row, j] = v
+
+
+@pad.func
 def store_pair(j, t, y):
-    """Outputs at the helper's own name for the launch index."""
-    y[0, j] = t
-    y[1, j] = t * t
+    """Two rows of outputs, each through a helper of its own."""
+    store_row(j, 0, t, y)
+    store_row(j, 1, t * t, y)
 
 
 @pad.kernel
