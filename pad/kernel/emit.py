@@ -305,6 +305,9 @@ class Launcher:
     # ``index + offset`` (``Reverse.cleared``).
     clears: list[tuple[str, int]] = field(default_factory=list)
     quotes: bool = False  # print each block of code under the source line it comes from
+    # A CPU adjoint's multiplies and adds fused (numba's fastmath "contract" alone): its values are only
+    # derivatives, which may round differently from the primal (docs/kernels.md).
+    contract: bool = False
 
 
 def _names(stmts: list[Stmt]) -> Counter[str]:
@@ -370,7 +373,8 @@ def launcher_source(
     # serial one for PAD_DEBUG), it has the runner call it again for each chunk ``_c`` and wave ``_w`` with
     # ``_run`` 0 (``runtime.run_chunks``). A launcher with a parallel loop of its own would have numba lower
     # and compile that loop once per kernel (docs/benchmarks.md, "First runs: compiling").
-    options = f"nogil=True, cache=True, fastmath={fastmath}, error_model='numpy'"
+    flags = "{'contract'}" if launcher.contract and not fastmath else fastmath
+    options = f"nogil=True, cache=True, fastmath={flags}, error_model='numpy'"
     waves = "_colours.shape[0] - 1" if launcher.planned else "1"
     p.lines += [f"@njit({options}, pipeline_class=Straight)", f"def {launcher.name}(_run, _c, _w, {args}):"]
     p.lines += ["    if _run != 0:", f"        return run_chunks(_nchunks, {waves}, _run, _c, _w, {args})"]

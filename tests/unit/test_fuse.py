@@ -98,3 +98,21 @@ def test_energy_kernel_has_a_fused_variant():
     assert fused.fuses
     plain = energy.variant((x, x, x), "adjoint", (True, True, True))
     assert plain.source.count("for ") == fused.source.count("for ")  # no forward loop added back
+
+
+def test_only_plain_cpu_adjoints_fuse_multiplies_and_adds():
+    """A plain adjoint makes derivatives only, and contracts; the kernels that make the program's values (the
+    primal, the tangent, the fused adjoint) round as the primal does, so a gradient run's values are the
+    primal run's to the bit."""
+    x = np.linspace(0.5, 1.5, 8)
+    args, active = (x, x.copy(), np.zeros(8)), (True, True, True)
+    decorators = {
+        mode: next(line for line in energy.variant(args, mode, active).source.splitlines() if "@njit" in line)
+        for mode in ("adjoint", "fused", "tangent")
+    }
+    decorators["primal"] = next(
+        line for line in energy.variant(args, "primal", None).source.splitlines() if "@njit" in line
+    )
+    assert "fastmath={'contract'}" in decorators["adjoint"]
+    for mode in ("fused", "tangent", "primal"):
+        assert "fastmath=False" in decorators[mode], mode
