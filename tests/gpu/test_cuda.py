@@ -624,23 +624,13 @@ def test_adjoints_reading_their_seeds_first_agree_with_finite_differences(case):
         k_helper_outputs,
     )
 
-    if case == "gather":
-        idx, x, s, y = gather_args()
-        n = x.shape[0]
-        args = (device(idx), *(pad.Dup(device(a), device(np.zeros_like(a))) for a in (x, s, y)))
-        pad.check_grad(lambda *a: pad.launch(k_gather_scale, n, *a), *args)
-    elif case == "helper":
-        idx, x, y, z = helper_args()
-        n = x.shape[0]
-        args = (device(idx), *(pad.Dup(device(a), device(np.zeros_like(a))) for a in (x, y, z)))
-        pad.check_grad(lambda *a: pad.launch(k_helper_outputs, n, *a), *args)
-    elif case == "branches":
-        c, x, y, z = branch_args()
-        n = x.shape[0]
-        args = (device(c), *(pad.Dup(device(a), device(np.zeros_like(a))) for a in (x, y, z)))
-        pad.check_grad(lambda *a: pad.launch(k_branches, n, *a), *args)
-    else:
-        m, x, y = early_return_args()
-        n = x.shape[0]
-        args = (device(m), *(pad.Dup(device(a), device(np.zeros_like(a))) for a in (x, y)))
-        pad.check_grad(lambda *a: pad.launch(k_early_return, n, *a), *args)
+    kernel, make = {
+        "gather": (k_gather_scale, gather_args),
+        "helper": (k_helper_outputs, helper_args),
+        "branches": (k_branches, branch_args),
+        "early return": (k_early_return, early_return_args),
+    }[case]
+    given, *active = make()  # an index or condition array, then the differentiated ones
+    n = active[0].shape[0]
+    args = (device(given), *(pad.Dup(device(a), device(np.zeros_like(a))) for a in active))
+    pad.check_grad(lambda *a: pad.launch(kernel, n, *a), *args)

@@ -105,14 +105,13 @@ def test_only_plain_cpu_adjoints_fuse_multiplies_and_adds():
     primal, the tangent, the fused adjoint) round as the primal does, so a gradient run's values are the
     primal run's to the bit."""
     x = np.linspace(0.5, 1.5, 8)
-    args, active = (x, x.copy(), np.zeros(8)), (True, True, True)
-    decorators = {
-        mode: next(line for line in energy.variant(args, mode, active).source.splitlines() if "@njit" in line)
-        for mode in ("adjoint", "fused", "tangent")
-    }
-    decorators["primal"] = next(
-        line for line in energy.variant(args, "primal", None).source.splitlines() if "@njit" in line
-    )
+    args = (x, x.copy(), np.zeros(8))
+
+    def decorator(mode: str) -> str:
+        variant = energy.variant(args, mode, None if mode == "primal" else (True, True, True))
+        return next(line for line in variant.source.splitlines() if "@njit" in line)
+
+    decorators = {mode: decorator(mode) for mode in ("adjoint", "fused", "tangent", "primal")}
     assert "fastmath={'contract'}" in decorators["adjoint"]
     for mode in ("fused", "tangent", "primal"):
         assert "fastmath=False" in decorators[mode], mode
