@@ -296,6 +296,17 @@ def map_blocks(s: Stmt, f: Callable[[list[Stmt]], list[Stmt]]) -> Stmt:
     return s
 
 
+def without_stores(
+    stmts: list[Stmt], arrays: set[str], keep: frozenset[int] | set[int] = frozenset()
+) -> list[Stmt]:
+    """``stmts`` without their stores to ``arrays`` (except the statements whose id() is in ``keep``)."""
+    return [
+        map_blocks(s, lambda b: without_stores(b, arrays, keep))
+        for s in stmts
+        if not (isinstance(s, Store) and s.array in arrays and id(s) not in keep)
+    ]
+
+
 def rewrite(stmts: list[Stmt], expr: Callable[[Expr], Expr], name: Callable[[str], str]) -> list[Stmt]:
     """Copies of ``stmts`` with ``expr`` applied to every expression they evaluate and ``name`` to every
     scalar they assign, nested statements included."""

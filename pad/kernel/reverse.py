@@ -80,6 +80,7 @@ from pad.kernel.ir import (
     scalar_type,
     stored_arrays,
     walk,
+    without_stores,
 )
 from pad.kernel.names import ADJOINT, UNORDERED, adj, private
 from pad.kernel.optimize import dead_local_stores
@@ -173,9 +174,9 @@ class Reverse:
         fwd, rev = self.region(self.body, set())
         self.forward = fwd
         if self.fused:  # the forward sweep still makes the outputs that no reverse loop makes again
-            code = _drop_ids(fwd, self.moved) + _drop_stores(rev, droppable, keep=self.remade)
+            code = _drop_ids(fwd, self.moved) + without_stores(rev, droppable, keep=self.remade)
         else:
-            code = _drop_stores(fwd + rev, droppable)
+            code = without_stores(fwd + rev, droppable)
         # Every adjoint scalar starts a launch index at zero.
         zeros = {n for x in walk(code) for n in _names(x) | assigned([x]) if n.startswith(ADJOINT)}
         shapes = {x.target: x.shape for x in walk(self.body) if isinstance(x, LocalArray)}
@@ -581,7 +582,7 @@ class Reverse:
             Store(result, (Name(launch_index),), call("add", Name(count), Name(deepest))),
         ]
         arrays = {p for p, k in self.kinds.items() if isinstance(k, ArrayKind) and not k.local}
-        return liveness(_drop_stores(code, arrays), set(), prune=True)[0]
+        return liveness(without_stores(code, arrays), set(), prune=True)[0]
 
     def static_depth(self) -> int | None:
         """``depth``'s bound when it is the same for every launch index: every loop that pushes (or replays
@@ -686,7 +687,7 @@ class Reverse:
         most in all) that leaves its variable alone, so that each iteration has its own slot and the forward
         sweep stores it once. The cost rule: a set of kept values costs, per iteration, a store each in the
         forward sweep and a load each in the reverse; it saves the replay's operations (arithmetic, loads,
-        stores, tape pops; ``_operations``) that nothing needs once the values are loaded. Starting from every candidate
+        stores, tape pops; ``operations``) that nothing needs once the values are loaded. Starting from every candidate
         (floating-point values the reverse reads, assigned in the body), a value is dropped while dropping
         it costs nothing more, so what is kept saves more than it costs.
         """
@@ -703,7 +704,7 @@ class Reverse:
         def cost(kept: list[str]) -> int:
             loads = {v: Elem(v, ()) for v in kept}  # a load each (the array's name does not matter)
             code = _loading(replay, loads) + reverse
-            return _operations(liveness(code, live_out, prune=True)[0]) + len(kept)
+            return operations(liveness(code, live_out, prune=True)[0]) + len(kept)
 
         kept = list(candidates)
         best = cost(kept)
@@ -768,7 +769,7 @@ class Reverse:
             inner |= used
 
 
-def _operations(stmts: list[Stmt]) -> int:
+def operations(stmts: list[Stmt]) -> int:
     """What ``stmts`` cost to run, in additions: arithmetic (``rules.COSTS``), loads, stores and tape traffic
     one each, a loop's body once per trip (once where its bounds are known only when the kernel runs)."""
     n = 0
@@ -778,9 +779,9 @@ def _operations(stmts: list[Stmt]) -> int:
                 trips = _trips(s)
             except _Dynamic:
                 trips = 1
-            n += trips * _operations(s.body)
+            n += trips * operations(s.body)
         elif isinstance(s, (If, While)):
-            n += sum(_operations(b) for b in blocks(s)) + _size(s.cond)
+            n += sum(operations(b) for b in blocks(s)) + _size(s.cond)
         else:
             n += sum(_size(e) for e in exprs_of(s)) + (not isinstance(s, Assign))
     return n
@@ -1042,17 +1043,6 @@ def _without_zero(e: Expr, zeros: set[str]) -> Expr:
 
 def _drop_ids(stmts: list[Stmt], ids: set[int]) -> list[Stmt]:
     return [map_blocks(s, lambda b: _drop_ids(b, ids)) for s in stmts if id(s) not in ids]
-
-
-def _drop_stores(
-    stmts: list[Stmt], arrays: set[str], keep: frozenset[int] | set[int] = frozenset()
-) -> list[Stmt]:
-    """``stmts`` without their stores to ``arrays`` (except the statements whose id() is in ``keep``)."""
-    return [
-        map_blocks(s, lambda b: _drop_stores(b, arrays, keep))
-        for s in stmts
-        if not (isinstance(s, Store) and s.array in arrays and id(s) not in keep)
-    ]
 
 
 def _unobserved_stores(body: list[Stmt]) -> set[int]:
