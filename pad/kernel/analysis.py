@@ -243,16 +243,20 @@ def is_local(kinds: dict[str, Kind], array: str) -> bool:
     return isinstance(kind, ArrayKind) and kind.local
 
 
-def useful(body: list[Stmt], act: Activity, kinds: dict[str, Kind]) -> Activity:
+def useful(
+    body: list[Stmt], act: Activity, kinds: dict[str, Kind], ignore: frozenset[str] = frozenset()
+) -> Activity:
     """``act`` without the values whose derivatives reach no active global array (backward activity).
 
     A value that is varied but only feeds stores into inactive arrays (scratch a program passes as
     ``pad.Const``), branch conditions or nothing at all needs no tangent and no adjoint: a loop of such
-    work (LULESH's repeated EOS evaluations) then has none in the derivative kernels either.
+    work (LULESH's repeated EOS evaluations) then has none in the derivative kernels either. ``ignore``:
+    outputs whose derivatives are not wanted, as if inactive (another piece of a split adjoint makes
+    theirs: ``fission``).
     """
 
     scalars: set[str] = set()
-    arrays: set[str] = {a for a in act.arrays if not is_local(kinds, a)}
+    arrays: set[str] = {a for a in act.arrays if not is_local(kinds, a)} - ignore
     changed = True
     while changed:
         changed = False

@@ -15,11 +15,11 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from pad.kernel import inspector, runtime
+from pad.kernel import fission, inspector, runtime
 from pad.kernel.analysis import (
     Activity,
     Definitions,
@@ -150,6 +150,9 @@ class Variant:
     race: str = ""
     # PAD_DEBUG: the checked accesses, (source line, array) per site of ``checks.out_of_range``; else None
     sites: list[tuple[Line | None, str]] | None = None
+    # CUDA adjoints split along their outputs (``fission``): the adjoints of groups of outputs, run in turn
+    # on the launch's arguments in place of this variant's own launcher
+    pieces: list[Variant] = field(default_factory=list)
 
 
 def cache_dir() -> Path:
@@ -210,9 +213,46 @@ def build(
 ) -> Variant:
     """Lower and analyse, transform for ``mode``, optimize, print for ``target``, compile (lazily, on first
     call) one variant of kernel ``fn``; ``checked``: every array access bounds-checked (``pad.kernel.checks``);
-    ``tables``: the constant tables the kernel's variants compiled before have taken."""
+    ``tables``: the constant tables the kernel's variants compiled before have taken.
+
+    A large CUDA adjoint may run as pieces, each the adjoint of some of the outputs (``fission``)."""
     k = analyse(fn, kinds, active, tables, target)
     name = f"{fn.__name__}_{mode}" + ("_cuda" if target == "cuda" else "")
+    groups = (
+        fission.pieces(k.low.body, k.act, k.low.kinds, k.loaded)
+        if (target, mode) == ("cuda", "adjoint")
+        else []
+    )
+    # PAD_DEBUG reports an access out of range by its site in one variant's code: checked adjoints run whole
+    if not groups or checked:
+        return _made(fn, k, mode, fastmath, target, checked, name)
+    outputs = frozenset().union(*groups)
+    parts = []
+    for j, group in enumerate(groups):
+        piece = replace(k, act=useful(k.low.body, k.act, k.low.kinds, outputs - group))
+        parts.append(_made(fn, piece, mode, fastmath, target, checked, f"{name}_{j}"))
+    # a piece that stores into an argument replays on a scratch copy of it, which the pieces would share
+    if any(p.rewritten for p in parts):
+        return _made(fn, k, mode, fastmath, target, checked, name)
+    return replace(
+        parts[0],
+        source="\n\n".join(p.source for p in parts),
+        launcher=_no_launcher,
+        kept=set().union(*(p.kept for p in parts)),
+        clears={},
+        tape_slots=0,
+        shares_loops=False,
+        depth_launcher=None,
+        depth_from_shapes=False,
+        depths={},
+        pieces=parts,
+    )
+
+
+def _made(
+    fn: Callable[..., Any], k: Analysed, mode: str, fastmath: bool, target: str, checked: bool, name: str
+) -> Variant:
+    """``build``'s variant from ``k``, its launcher named ``name``."""
     launcher = Launcher(name, list(k.params), quotes=True)
     launcher.locals = [s for s in walk(k.low.body) if isinstance(s, LocalArray)]
     # The arrays a CPU launcher privatizes: reduced into (primal, tangent), or read at shared indices (adjoint).

@@ -127,6 +127,10 @@ def _slots(variant: Variant, n: int, args: Sequence[Any], like: Any) -> int:
 
 def run(variant: Variant, n: int, args: Sequence[Any], extras: Sequence[Any] = ()) -> np.ndarray:
     """Run ``variant`` for indices ``range(n)`` on the GPU; returns the adjoints of active scalars."""
+    if variant.pieces:  # an adjoint split along its outputs: each piece adds its part
+        return sum(
+            (run(piece, n, args, extras) for piece in variant.pieces), np.zeros(len(variant.active_scalars))
+        )
     lanes = lanes_per_index(n) if variant.shares_loops else 1
     first = ordered(head("cuda", shares_loops=variant.shares_loops), _n=n, _G=lanes)
     if variant.mode != "adjoint" or not (variant.active_scalars or variant.tape_slots):

@@ -634,3 +634,31 @@ def test_adjoints_reading_their_seeds_first_agree_with_finite_differences(case):
     n = active[0].shape[0]
     args = (device(given), *(pad.Dup(device(a), device(np.zeros_like(a))) for a in active))
     pad.check_grad(lambda *a: pad.launch(kernel, n, *a), *args)
+
+
+def test_an_adjoint_split_along_its_outputs_agrees_with_finite_differences_and_the_cpu():
+    """Each piece (``pad.kernel.fission``) adds its part of the input's shadow and of the active scalar's
+    adjoint, and reads and clears its own outputs' seeds alone."""
+    from tests.unit.test_fission import k_two_series
+
+    rng = np.random.default_rng(3)
+    x = rng.uniform(0.1, 0.9, 64)
+    args = [x, np.zeros(64), np.zeros(64)]
+    variant = k_two_series.variant((0.5, *map(device, args)), "adjoint", (True,) * 4, target="cuda")
+    assert len(variant.pieces) == 2
+    dups = [pad.Dup(device(a), device(np.zeros(64))) for a in args]
+    pad.check_grad(lambda w, *a: pad.launch(k_two_series, 64, w, *a), pad.Active(0.5), *dups)
+
+    def gradient_on(place):
+        seeds = [np.zeros(64), rng.uniform(0.5, 1.5, 64), rng.uniform(-1.5, -0.5, 64)]
+        ours = [pad.Dup(place(a), place(s)) for a, s in zip(args, seeds, strict=True)]
+        w = pad.autodiff(lambda w, *a: pad.launch(k_two_series, 64, w, *a), pad.Active(0.5), *ours)
+        return [w[0], *(arrays.to_host(d.shadow) for d in ours)]
+
+    state = rng.bit_generator.state
+    on_device = gradient_on(device)
+    rng.bit_generator.state = state
+    on_cpu = gradient_on(np.asarray)
+    np.testing.assert_allclose(on_device[0], on_cpu[0], rtol=1e-12)
+    for got, want in zip(on_device[1:], on_cpu[1:], strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)

@@ -1,0 +1,133 @@
+"""Large CUDA adjoints split along their outputs' backward slices (``pad.kernel.fission``): which kernels
+split, into which groups, and what each piece's code holds. The pieces' gradients are checked on a GPU
+(or numba's simulator) in tests/gpu/test_cuda.py."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+import pad
+import pad.mpi
+from pad.kernel import compiler, fission
+from pad.kernel.frontend import kind_of_value
+
+TERMS = 48  # loop trips that make each output's slice large enough to split
+
+
+@pad.kernel
+def k_two_series(i, w, x, a, b):
+    """Two outputs from one input, each by a long series of its own: the adjoint splits in two."""
+    s = 0.0
+    t = 0.0
+    for k in range(TERMS):
+        s += math.sin(w * x[i] * (k + 1))
+    for k in range(TERMS):
+        t += math.cos(x[i] + w * k)
+    a[i] = s
+    b[i] = t
+
+
+@pad.kernel
+def k_nested_series(i, w, x, a, b):
+    """b's slice holds a's: splitting would replay a's series twice, so the adjoint stays whole."""
+    s = 0.0
+    t = 0.0
+    for k in range(TERMS):
+        s += math.sin(w * x[i] * (k + 1))
+    for k in range(TERMS):
+        t += math.cos(x[i] + w * k)
+    a[i] = s
+    b[i] = s + t
+
+
+@pad.kernel
+def k_small_outputs(i, x, a, b):
+    """Two cheap outputs: one adjoint holds both easily."""
+    a[i] = x[i] * x[i]
+    b[i] = math.sin(x[i])
+
+
+@pad.kernel
+def k_reads_an_output(i, w, x, a, b):
+    """b reads a back: a piece of b alone would miss a's store."""
+    s = 0.0
+    t = 0.0
+    for k in range(TERMS):
+        s += math.sin(w * x[i] * (k + 1))
+    for k in range(TERMS):
+        t += math.cos(x[i] + w * k)
+    a[i] = s
+    b[i] = t + a[i]
+
+
+def pieces_of(kernel, args, active):
+    kinds = [kind_of_value(a, f"argument {k + 1}") for k, a in enumerate(args)]
+    k = compiler.analyse(kernel.fn, kinds, active, None, "cuda")
+    return [sorted(g) for g in fission.pieces(k.low.body, k.act, k.low.kinds, k.loaded)]
+
+
+def series_args():
+    x = np.linspace(0.1, 0.9, 16)
+    return (0.5, x, np.zeros(16), np.zeros(16)), (True, True, True, True)
+
+
+@pytest.mark.parametrize(
+    ("kernel", "expected"),
+    [(k_two_series, [["a"], ["b"]]), (k_nested_series, []), (k_reads_an_output, [])],
+    ids=["independent", "nested", "reads an output"],
+)
+def test_only_independent_large_outputs_split(kernel, expected):
+    assert pieces_of(kernel, *series_args()) == expected
+
+
+def test_a_small_adjoint_stays_whole():
+    x = np.linspace(0.1, 0.9, 16)
+    assert pieces_of(k_small_outputs, (x, np.zeros(16), np.zeros(16)), (True, True, True)) == []
+
+
+def test_inactive_outputs_do_not_count():
+    """With b inactive (a ``pad.Const``) there is one output to differentiate: nothing to split."""
+    args, _ = series_args()
+    assert pieces_of(k_two_series, args, (True, True, True, False)) == []
+
+
+def test_luleshs_kinematics_split_into_three_pieces():
+    """The characteristic length; the new volume, its change and the monotonic Q's gradients (which need
+    the volume too); the strain rate: three adjoints measured faster than one on an H100 (docs/benchmarks.md).
+    The fault check's store (an inactive output) does not tie the pieces to the volume."""
+    from apps.lulesh import kernels as K
+    from apps.lulesh import mesh
+    from apps.lulesh.hydro import Hydro
+
+    h = Hydro(mesh.build(3, 1, 0, 11, 1, 1), pad.mpi.COMM_WORLD)
+    s = h.initial_state()
+    args = (h.nodelist, s.xv, s.volo, s.v, s.clock, h.vnew, h.delv, h.arealg, h.vdov, h.delx, h.delv_grad)
+    args += (h.fault, h.earlier, h.flag)
+    active = (False,) + (True,) * 10 + (False,) * 3
+    assert pieces_of(K.k_kinematics, args, active) == [
+        ["arealg"],
+        ["delv", "delv_grad", "delx", "vnew"],
+        ["vdov"],
+    ]
+
+
+def test_each_piece_is_a_kernel_of_its_own_outputs():
+    """The CUDA adjoint's source shows both pieces; each reads its own output's seed and not the other's.
+    CPU adjoints stay whole."""
+    args, active = series_args()
+    source = k_two_series.variant(args, "adjoint", active, target="cuda").source
+    kernels = re.split(r"(?m)^def ", source)[1:]
+    assert [k.split("(")[0] for k in kernels] == [
+        "k_two_series_adjoint_cuda_0",
+        "k_two_series_adjoint_cuda_1",
+    ]
+    assert "_b_a[" in kernels[0] and "_b_b[" not in kernels[0]
+    assert "_b_b[" in kernels[1] and "_b_a[" not in kernels[1]
+    assert "k + 1" in kernels[0] and "k + 1" not in kernels[1]  # each replays its own series alone
+    assert "w * k" in kernels[1] and "w * k" not in kernels[0]
+    cpu = k_two_series.variant(args, "adjoint", active).source
+    assert re.findall(r"(?m)^def (\w+)", cpu) == ["k_two_series_adjoint"]
