@@ -236,7 +236,10 @@ def build(
         return _made(fn, k, mode, fastmath, target, checked, name)
     return replace(
         parts[0],
-        source="\n\n".join(p.source for p in parts),
+        source="\n\n".join(
+            f"# piece {j + 1} of {len(parts)}: the adjoint of {', '.join(sorted(group))}\n{part.source}"
+            for j, (group, part) in enumerate(zip(groups, parts, strict=True))
+        ),
         launcher=_no_launcher,
         kept=set().union(*(p.kept for p in parts)),
         clears={},

@@ -13,7 +13,8 @@ outputs go), its cost counted as ``reverse.operations`` counts. Outputs whose sl
 union costs little more than the larger, as ``delv`` and ``vnew`` need the same volume) form one group. The
 split is taken only where it pays: the whole is large (``SPLIT_OPERATIONS``), no piece is most of it
 (``LARGEST_PIECE``) and the pieces together replay little more than the whole (``REPLAYED``). The numbers
-are from LULESH on an H100 (docs/benchmarks.md, "Adjoints split along their outputs").
+are from LULESH on an H100 (docs/benchmarks.md, "Adjoints split along their outputs"). CPU adjoints stay
+whole: a CPU thread's spills stay in its L1 cache, and the kinematics split ran slower there.
 """
 
 from __future__ import annotations

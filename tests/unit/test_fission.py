@@ -125,6 +125,10 @@ def test_each_piece_is_a_kernel_of_its_own_outputs():
         "k_two_series_adjoint_cuda_0",
         "k_two_series_adjoint_cuda_1",
     ]
+    assert re.findall(r"(?m)^# piece .*$", source) == [
+        "# piece 1 of 2: the adjoint of a",
+        "# piece 2 of 2: the adjoint of b",
+    ]
     assert "_b_a[" in kernels[0] and "_b_b[" not in kernels[0]
     assert "_b_b[" in kernels[1] and "_b_a[" not in kernels[1]
     assert "k + 1" in kernels[0] and "k + 1" not in kernels[1]  # each replays its own series alone
