@@ -44,9 +44,12 @@ def pieces(body: list[Stmt], act: Activity, kinds: dict[str, Kind], loaded: set[
         return []
     shapes = {s.target: s.shape for s in walk(body) if isinstance(s, LocalArray)}
 
+    # a piece replays no store into another output, nor into an array the kernel never reads back
+    unread = stored - loaded
+
     @functools.cache
-    def cost(group: frozenset[str]) -> int:  # an adjoint replays no store, and no inactive output's work
-        return operations(backward_slice(body, stored - group, shapes))
+    def cost(group: frozenset[str]) -> int:
+        return operations(backward_slice(body, unread - group, shapes))
 
     whole = cost(outputs)
     if whole < SPLIT_OPERATIONS:

@@ -662,3 +662,16 @@ def test_an_adjoint_split_along_its_outputs_agrees_with_finite_differences_and_t
     np.testing.assert_allclose(on_device[0], on_cpu[0], rtol=1e-12)
     for got, want in zip(on_device[1:], on_cpu[1:], strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.skipif(not SIMULATED, reason="PAD_DEBUG checks kernels on the simulator alone")
+def test_a_checked_adjoint_runs_whole():
+    """Under PAD_DEBUG an adjoint that would split runs as one checked kernel, with its checked sites."""
+    from tests.unit.test_fission import k_two_series
+
+    x = np.linspace(0.1, 0.9, 16)
+    args, active = (0.5, device(x), device(np.zeros(16)), device(np.zeros(16))), (True,) * 4
+    with pad.debug():
+        checked = k_two_series.variant(args, "adjoint", active, target="cuda")
+    assert checked.pieces == [] and checked.sites
+    assert len(k_two_series.variant(args, "adjoint", active, target="cuda").pieces) == 2

@@ -64,6 +64,21 @@ def k_reads_an_output(i, w, x, a, b):
     b[i] = t + a[i]
 
 
+@pad.kernel
+def k_series_through_scratch(i, w, x, scratch, a, b):
+    """As ``k_two_series``, a's read back through a scratch array (a ``pad.Const``) the kernel writes: its
+    piece's replay stores into it, on the one scratch copy of it that the pieces would share."""
+    scratch[i] = x[i] * x[i]
+    s = 0.0
+    t = 0.0
+    for k in range(TERMS):
+        s += math.sin(w * x[i] * (k + 1))
+    for k in range(TERMS):
+        t += math.cos(x[i] + w * k)
+    a[i] = s * scratch[i]
+    b[i] = t
+
+
 def pieces_of(kernel, args, active):
     kinds = [kind_of_value(a, f"argument {k + 1}") for k, a in enumerate(args)]
     k = compiler.analyse(kernel.fn, kinds, active, None, "cuda")
@@ -135,3 +150,11 @@ def test_each_piece_is_a_kernel_of_its_own_outputs():
     assert "w * k" in kernels[1] and "w * k" not in kernels[0]
     cpu = k_two_series.variant(args, "adjoint", active).source
     assert re.findall(r"(?m)^def (\w+)", cpu) == ["k_two_series_adjoint"]
+
+
+def test_pieces_that_would_rewrite_an_argument_stay_one_adjoint():
+    (w, x, a, b), _ = series_args()
+    args, active = (w, x, np.zeros(16), a, b), (True, True, False, True, True)
+    assert pieces_of(k_series_through_scratch, args, active) == [["a"], ["b"]]
+    variant = k_series_through_scratch.variant(args, "adjoint", active, target="cuda")
+    assert variant.pieces == [] and variant.rewritten == {2}
