@@ -218,13 +218,10 @@ def build(
     A large CUDA adjoint may run as pieces, each the adjoint of some of the outputs (``fission``)."""
     k = analyse(fn, kinds, active, tables, target)
     name = f"{fn.__name__}_{mode}" + ("_cuda" if target == "cuda" else "")
-    groups = (
-        fission.pieces(k.low.body, k.act, k.low.kinds, k.loaded)
-        if (target, mode) == ("cuda", "adjoint")
-        else []
-    )
     # PAD_DEBUG reports an access out of range by its site in one variant's code: checked adjoints run whole
-    if not groups or checked:
+    split = (target, mode) == ("cuda", "adjoint") and not checked
+    groups = fission.pieces(k.low.body, k.act, k.low.kinds, k.loaded) if split else []
+    if not groups:
         return _made(fn, k, mode, fastmath, target, checked, name)
     outputs = frozenset().union(*groups)
     parts = []

@@ -27,7 +27,8 @@ from pad.kernel.ir import Kind, LocalArray, Stmt, Store, walk, without_stores
 from pad.kernel.optimize import dead_local_stores
 from pad.kernel.reverse import operations
 
-SPLIT_OPERATIONS = 1000  # a smaller primal's adjoint kept its values in registers (no spills)
+# LULESH's adjoints of primals that cost under 200 fit the registers; the kinematics' (1557) spilled
+SPLIT_OPERATIONS = 1000  # the least cost of a primal whose adjoint splits
 MERGE = 0.25  # two groups merge where their union costs at most this much more than the larger one
 LARGEST_PIECE = 0.6  # no piece may cost more than this share of the whole
 REPLAYED = 1.5  # the pieces together may cost at most this many times the whole
