@@ -293,8 +293,10 @@ class Launcher:
     # The launch runs by a plan (pad/parallel/plans.py): ``_order`` (launch indices, or empty for the
     # identity), ``_segs`` (ranges of ``_order``), ``_colours`` (colour c's segments are ``_colours[c]`` to
     # ``_colours[c + 1] - 1``; the colours run one after the other). A colour's segments form at most
-    # ``_slots`` groups of consecutive segments, each run by one thread; group ``g`` accumulates into slot
-    # ``g`` of each private buffer, or into the array itself where the buffer has no slots.
+    # ``_slots`` groups of consecutive segments, each run by one thread, whichever comes free first
+    # (``_claimed[c]`` counts colour c's groups handed out); group ``g`` accumulates into slot ``g`` of each
+    # private buffer, or into the array itself where the buffer has no slots: the sums do not depend on which
+    # thread ran a group.
     planned: bool = False
     # Every private accumulation adds into the array itself (a stencil's, whose plan runs blocks in two
     # colours): ``privates`` then name no buffers.
@@ -377,7 +379,10 @@ def launcher_source(
     options = f"nogil=True, cache=True, fastmath={flags}, error_model='numpy'"
     waves = "_colours.shape[0] - 1" if launcher.planned else "1"
     p.lines += [f"@njit({options}, pipeline_class=Straight)", f"def {launcher.name}(_run, _c, _w, {args}):"]
-    p.lines += ["    if _run != 0:", f"        return run_chunks(_nchunks, {waves}, _run, _c, _w, {args})"]
+    p.lines.append("    if _run != 0:")
+    if launcher.planned:
+        p.lines.append("        _claimed[:] = 0")
+    p.lines.append(f"        return run_chunks(_nchunks, {waves}, _run, _c, _w, {args})")
     if not launcher.planned:
         p.lines += ["    _lo = _n * _c // _nchunks", "    _hi = _n * (_c + 1) // _nchunks"]
     for local in launcher.locals:
@@ -399,7 +404,10 @@ def launcher_source(
         line("_first = _colours[_w]")
         line("_count = _colours[_w + 1] - _first")
         line("_groups = min(_slots, _count)")
-        line("for _g in range(_groups * _c // _nchunks, _groups * (_c + 1) // _nchunks):")
+        line("while True:")  # the colour's groups, each to the first thread free to take it
+        line("    _g = claim(_claimed, _w)")
+        line("    if _g >= _groups:")
+        line("        break")
         depth, slot = depth + 1, "_g"
     outer = depth  # where per-slot set-up and sums go
     for buf in launcher.privates:

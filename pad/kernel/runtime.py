@@ -114,6 +114,25 @@ def address_of(typingctx: Any, array: Any) -> Any:
 
 
 @intrinsic
+def claim(typingctx: Any, counters: Any, k: Any) -> Any:
+    """Add one to ``counters[k]`` (an int64 array) atomically; the count before. A launch by a plan hands out
+    a colour's groups of segments this way, to whichever thread comes free (``emit``): a thread descheduled
+    by other work, or given the groups that hold most of the work, no longer holds the others back."""
+    if not (
+        isinstance(counters, types.Array) and counters.dtype == types.int64 and isinstance(k, types.Integer)
+    ):
+        return None
+
+    def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
+        data = make_array(counters)(context, builder, value=llargs[0]).data
+        index = context.cast(builder, llargs[1], k, types.intp)
+        one = context.get_constant(types.int64, 1)
+        return builder.atomic_rmw("add", builder.gep(data, [index]), one, "monotonic")
+
+    return types.int64(counters, k), codegen
+
+
+@intrinsic
 def run_chunks(typingctx: Any, nchunks: Any, waves: Any, *params: Any) -> Any:
     """Run the calling launcher's chunks ``0 .. nchunks - 1`` for each wave ``0 .. waves - 1``, calling it
     again for each as ``launcher(0, chunk, wave, *rest)``, by the chunks runner at ``params[0]``.

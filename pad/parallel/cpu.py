@@ -212,6 +212,7 @@ class Launch:
         self.slots = slots
         chunks = max(1, min(threads, slots))
         values = {"_slots": slots, "_order": plan.order, "_segs": plan.segs, "_colours": plan.colours}
+        values["_claimed"] = np.zeros(len(plan.colours) - 1, np.int64)  # zeroed by the launcher as it starts
         self.call = [
             *run,
             *ordered(head("cpu", planned=True), _n=n, _nchunks=chunks, **values),

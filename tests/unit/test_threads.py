@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import pad
+from pad.kernel import runtime
 from tests.unit.corpus import k_hex_forces, k_pairwise, k_scatter_add
 
 
@@ -163,3 +164,27 @@ def test_serial_and_parallel_twins_keep_apart_in_the_cache():
     out, rows = np.zeros(5), np.arange(15.0).reshape(3, 5)
     parallel(out, rows.copy())
     np.testing.assert_array_equal(out, rows.sum(axis=0))
+
+
+@numba.njit(parallel=True)
+def _claim_all(counters, k, taken):
+    """Each of ``taken.shape[0]`` loop iterations claims counts of ``counters[k]`` until ``taken.shape[1]``
+    are handed out, marking each count it got."""
+    for t in numba.prange(taken.shape[0]):
+        while True:
+            g = runtime.claim(counters, k)
+            if g >= taken.shape[1]:
+                break
+            taken[t, g] += 1
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
+def test_claims_hand_out_each_group_once():
+    """A colour's groups go to whichever thread comes free (``runtime.claim``): every count is handed out
+    exactly once however the threads interleave, and the counter ends past them all."""
+    counters = np.zeros(3, np.int64)
+    counters[2] = 7
+    taken = np.zeros((8, 20000), np.int64)
+    _claim_all(counters, 1, taken)
+    np.testing.assert_array_equal(taken.sum(axis=0), np.ones(20000, np.int64))
+    assert counters[0] == 0 and counters[1] >= 20000 and counters[2] == 7
