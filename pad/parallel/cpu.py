@@ -45,7 +45,8 @@ streams of memory open at a time, ten times slower (docs/benchmarks.md, "Private
 
 
 def _add_rows(out: np.ndarray, rows: np.ndarray) -> None:
-    """``out += rows.sum(0)``, leaving ``rows`` zero; each element is summed in the rows' order."""
+    """``out += rows[:, :len(out)].sum(0)``, leaving those zero; each element is summed in the rows' order.
+    (Rows may be longer than ``out``: ``_slots_shape``.)"""
     n = out.shape[0]
     for b in prange((n + ROW_BLOCK - 1) // ROW_BLOCK):
         lo = b * ROW_BLOCK
@@ -59,10 +60,32 @@ def _add_rows(out: np.ndarray, rows: np.ndarray) -> None:
 _sum_rows_into, _sum_rows_into_parallel = runtime.serial_and_parallel(_add_rows)
 
 
-def _zeroed(nchunks: int, base: np.ndarray) -> np.ndarray:
-    """A zeroed buffer of one copy of ``base`` per chunk: a spare one if a launch left one."""
-    buffer = SPARE.take((nchunks, *base.shape), base.dtype)
-    return buffer if buffer is not None else np.zeros((nchunks, *base.shape), base.dtype)
+def _slots_shape(slots: int, base: np.ndarray, padded: bool) -> tuple[int, ...]:
+    """The shape of a private buffer of ``slots`` copies of ``base``. With ``padded``, copies of a
+    one-dimensional array are padded to whole cache lines (and the buffer starts on one, ``_zeros``): threads
+    adding into neighbouring slots would otherwise write one line, which then moves between their cores at
+    every add (LULESH's clock, four numbers, had two slots a line: docs/benchmarks.md, "Blocks claimed as
+    threads come free"). Copies of larger arrays are rows whose lines only their ends share. A checked launch
+    (PAD_DEBUG) gets copies of the array's own shape, which its checks compare indices with."""
+    if base.ndim != 1 or not padded:
+        return (slots, *base.shape)
+    per_line = runtime.LINE_BYTES // base.itemsize
+    return (slots, -(-base.shape[0] // per_line) * per_line)
+
+
+def _zeros(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """``np.zeros(shape, dtype)`` starting on a cache line."""
+    size, item = int(np.prod(shape)), dtype.itemsize
+    raw = np.zeros(size + runtime.LINE_BYTES // item, dtype)
+    skip = (-raw.ctypes.data % runtime.LINE_BYTES) // item
+    return raw[skip : skip + size].reshape(shape)
+
+
+def _zeroed(slots: int, base: np.ndarray, padded: bool = True) -> np.ndarray:
+    """A zeroed buffer of ``slots`` copies of ``base`` (``_slots_shape``): a spare one if a launch left one."""
+    shape = _slots_shape(slots, base, padded)
+    buffer = SPARE.take(shape, base.dtype)
+    return buffer if buffer is not None else _zeros(shape, base.dtype)
 
 
 _NO_BUFFERS: dict[tuple[str, int], np.ndarray] = {}
@@ -85,7 +108,7 @@ def _reduce(base: np.ndarray, buffer: np.ndarray) -> None:
         add = _sum_rows_into_parallel if buffer.nbytes >= arrays.PARALLEL_BYTES else _sum_rows_into
         add(base.reshape(-1), buffer.reshape(buffer.shape[0], -1))
     else:
-        base += buffer.sum(axis=0)
+        base += buffer.reshape(buffer.shape[0], -1)[:, : base.size].sum(axis=0).reshape(base.shape)
         buffer[...] = 0
     SPARE.give(buffer)
 
@@ -180,7 +203,7 @@ class Launch:
         outputs = np.zeros((self.slots, self.nact)) if self.nact else _NO_OUTPUTS
         if self.planned:
             buffers = [
-                _zeroed(self.slots, base) if own else _no_buffer(base)
+                _zeroed(self.slots, base, self.variant.sites is None) if own else _no_buffer(base)
                 for base, own in zip(self.bases, self.private, strict=True)
             ]
             call = [*call, *buffers, *([outputs] if self.nact else [])]

@@ -188,3 +188,35 @@ def test_claims_hand_out_each_group_once():
     _claim_all(counters, 1, taken)
     np.testing.assert_array_equal(taken.sum(axis=0), np.ones(20000, np.int64))
     assert counters[0] == 0 and counters[1] >= 20000 and counters[2] == 7
+
+
+@pad.kernel
+def k_scaled(i, coef, x, y):
+    y[i] = coef[1] * x[i] + coef[2] * x[i] * x[i]
+
+
+def scaled(coef, x, y):
+    pad.launch(k_scaled, x.shape[0], coef, x, y)
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
+def test_private_copies_of_small_arrays_sit_on_lines_of_their_own():
+    """Each slot of a private buffer of a small array (a kernel's coefficients, read at fixed indices) starts
+    on a cache line of its own, so that threads adding into neighbouring slots never share one; the copies'
+    padding takes no part in the sums."""
+    from pad.parallel import cpu
+
+    buffer = cpu._zeroed(16, np.zeros(3))
+    assert all(buffer[g].ctypes.data % 64 == 0 for g in range(16))
+    cpu.SPARE.give(buffer)
+    rng = np.random.default_rng(11)
+    x, seed = rng.uniform(-1, 1, 5000), rng.uniform(0.5, 1.5, 5000)
+    coef = np.array([0.3, -1.2, 0.7])
+    for threads in (1, 2):
+        numba.set_num_threads(threads)
+        try:
+            dcoef = np.zeros(3)
+            pad.autodiff(scaled, pad.Dup(coef, dcoef), x, pad.Dup(np.zeros(5000), seed.copy()))
+        finally:
+            numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        np.testing.assert_allclose(dcoef, [0.0, seed @ x, seed @ (x * x)], rtol=1e-12)
