@@ -293,10 +293,12 @@ class Launcher:
     # The launch runs by a plan (pad/parallel/plans.py): ``_order`` (launch indices, or empty for the
     # identity), ``_segs`` (ranges of ``_order``), ``_colours`` (colour c's segments are ``_colours[c]`` to
     # ``_colours[c + 1] - 1``; the colours run one after the other). A colour's segments form at most
-    # ``_slots`` groups of consecutive segments, each run by one thread, whichever comes free first
-    # (``_claimed[c]`` counts colour c's groups handed out); group ``g`` accumulates into slot ``g`` of each
-    # private buffer, or into the array itself where the buffer has no slots: the sums do not depend on which
-    # thread ran a group.
+    # ``_slots`` groups of consecutive segments, shared out among the chunks; a chunk claims its own share's
+    # groups one by one, then those left in the other chunks' shares (``_claimed[w * _nchunks + c]`` counts
+    # chunk c's groups of colour w handed out). Each thread thus runs its own share while no other is late,
+    # keeping from one colour to the next the nodes its blocks share with the next colour's in its caches.
+    # Group ``g`` accumulates into slot ``g`` of each private buffer, or into the array itself where the
+    # buffer has no slots: the sums do not depend on which thread ran a group.
     planned: bool = False
     # Every private accumulation adds into the array itself (a stencil's, whose plan runs blocks in two
     # colours): ``privates`` then name no buffers.
@@ -399,16 +401,20 @@ def launcher_source(
     def line(text: str) -> None:
         p.lines.append("    " * depth + text)
 
-    if launcher.planned:  # chunk _c runs its share of the groups of segments of colour _w
+    if launcher.planned:  # chunk _c runs its share of the groups of segments of colour _w, then helps others
         line("_ident = _order.shape[0] == 0")
         line("_first = _colours[_w]")
         line("_count = _colours[_w + 1] - _first")
         line("_groups = min(_slots, _count)")
-        line("while True:")  # the colour's groups, each to the first thread free to take it
-        line("    _g = claim(_claimed, _w)")
-        line("    if _g >= _groups:")
-        line("        break")
-        depth, slot = depth + 1, "_g"
+        line("for _v in range(_nchunks):")
+        line("    _o = _c + _v if _c + _v < _nchunks else _c + _v - _nchunks")
+        line("    _share = _groups * _o // _nchunks")
+        line("    _stop = _groups * (_o + 1) // _nchunks")
+        line("    while True:")
+        line("        _g = _share + claim(_claimed, _w * _nchunks + _o)")
+        line("        if _g >= _stop:")
+        line("            break")
+        depth, slot = depth + 2, "_g"
     outer = depth  # where per-slot set-up and sums go
     for buf in launcher.privates:
         base = unbuffer(buf)

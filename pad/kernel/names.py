@@ -196,7 +196,7 @@ def rename(name: str, names: dict[str, str]) -> str:
 # In order: ``head(...)``, the kernel's parameters after the launch index, the launcher's extras (shadows or
 # tangents, private buffers, ``ACTIVE_SCALARS``), then a CUDA adjoint's ``TAPE``. emit prints them;
 # pad/parallel/cpu.py and gpu.py pass them.
-# a launch by a plan (pad/parallel/plans.py), and its counters of the groups handed out, one per colour
+# a launch by a plan (pad/parallel/plans.py), and its counters of the groups handed out
 PLAN = ("_slots", "_order", "_segs", "_colours", "_claimed")
 TAPE = ("_tape", "_overflow")
 ACTIVE_SCALARS = "_act"  # the sums of active scalars' adjoints

@@ -116,8 +116,9 @@ def address_of(typingctx: Any, array: Any) -> Any:
 @intrinsic
 def claim(typingctx: Any, counters: Any, k: Any) -> Any:
     """Add one to ``counters[k]`` (an int64 array) atomically; the count before. A launch by a plan hands out
-    a colour's groups of segments this way, to whichever thread comes free (``emit``): a thread descheduled
-    by other work, or given the groups that hold most of the work, no longer holds the others back."""
+    a colour's groups of segments this way (``emit``): each thread claims its own share's, then what is left
+    of the others', so that a thread descheduled by other work, or given the groups that hold most of the
+    work, no longer holds the others back."""
     if not (
         isinstance(counters, types.Array) and counters.dtype == types.int64 and isinstance(k, types.Integer)
     ):

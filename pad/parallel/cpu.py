@@ -235,7 +235,8 @@ class Launch:
         self.slots = slots
         chunks = max(1, min(threads, slots))
         values = {"_slots": slots, "_order": plan.order, "_segs": plan.segs, "_colours": plan.colours}
-        values["_claimed"] = np.zeros(len(plan.colours) - 1, np.int64)  # zeroed by the launcher as it starts
+        claims = (len(plan.colours) - 1) * chunks  # a counter per colour and chunk, zeroed by the launcher
+        values["_claimed"] = np.zeros(claims, np.int64)
         self.call = [
             *run,
             *ordered(head("cpu", planned=True), _n=n, _nchunks=chunks, **values),
