@@ -360,7 +360,7 @@ def _adjoint(k: Analysed, launcher: Launcher, touched: set[str], fused: bool, ta
         body = owned_loads_first(body, k.launch_index, k.low.kinds, k.types, k.low.namer)
     launcher.extras += [adj(k.params[p]) for p in k.active_arrays]
     launcher.accumulators = [adj(k.params[p]) for p in k.active_scalars]
-    launcher.contract = not fused  # a fused adjoint makes the primal's outputs, as the primal rounds them
+    launcher.derivatives_only = not fused  # a fused adjoint makes the primal's outputs, rounded as the primal
     active_locals = [s for s in launcher.locals if s.target in k.act.arrays]
     launcher.locals += [LocalArray(adj(s.target), s.shape, s.dtype) for s in active_locals]
     launcher.locals += list(rev.kept_arrays.values())
