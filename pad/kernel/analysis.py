@@ -189,6 +189,24 @@ def _subexprs(e: Expr) -> list[Expr]:
     return out
 
 
+# Operations whose result a rounding difference in a floating-point argument can change by a whole step: an
+# integer made from a float, and what reads the sign of a float (which may be a zero).
+EXACT_ARGUMENT_OPS = frozenset(
+    {"ifloor", "iceil", "itrunc", "round", "int", "i8", "i4", "signbit", "copysign", "atan2"}
+)
+
+
+def needs_exact_arithmetic(body: list[Stmt], types: dict[str, str], kinds: dict[str, Kind]) -> bool:
+    """Whether the kernel makes an integer from a float, or reads a float's sign: an adjoint recomputing its
+    values under fast-math flags could then index or choose otherwise than the primal did (``emit``'s
+    ``DERIVATIVE_FLAGS``)."""
+    calls = (c for s in walk(body) for e in exprs_of(s) for c in _subexprs(e) if isinstance(c, Call))
+    return any(
+        c.op in EXACT_ARGUMENT_OPS and any(expr_type(a, types, kinds) in (*FLOATS, WEAK) for a in c.args)
+        for c in calls
+    )
+
+
 # ---------------------------------------------------------------------------------------------- activity
 @dataclass
 class Activity:

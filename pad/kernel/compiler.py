@@ -27,6 +27,7 @@ from pad.kernel.analysis import (
     check_types,
     definitions,
     infer_types,
+    needs_exact_arithmetic,
     overwritten_arrays,
     owned,
     reduced_arrays,
@@ -360,7 +361,9 @@ def _adjoint(k: Analysed, launcher: Launcher, touched: set[str], fused: bool, ta
         body = owned_loads_first(body, k.launch_index, k.low.kinds, k.types, k.low.namer)
     launcher.extras += [adj(k.params[p]) for p in k.active_arrays]
     launcher.accumulators = [adj(k.params[p]) for p in k.active_scalars]
-    launcher.derivatives_only = not fused  # a fused adjoint makes the primal's outputs, rounded as the primal
+    # A fused adjoint makes the primal's outputs, rounded as the primal; an adjoint of a kernel that makes
+    # integers from floats recomputes them exactly, as the primal made them.
+    launcher.derivatives_only = not fused and not needs_exact_arithmetic(k.low.body, k.types, k.low.kinds)
     active_locals = [s for s in launcher.locals if s.target in k.act.arrays]
     launcher.locals += [LocalArray(adj(s.target), s.shape, s.dtype) for s in active_locals]
     launcher.locals += list(rev.kept_arrays.values())

@@ -357,7 +357,8 @@ DERIVATIVE_FLAGS = "{'arcp', 'contract', 'nsz', 'reassoc'}"
 """LLVM's fast-math flags of a plain CPU adjoint: multiplies and adds fused, sums reassociated, divisions by
 one value made one reciprocal, and zeros' signs ignored (``0.0 + d`` is ``d``: every adjoint starts its sums at
 zero). Not ``nnan``/``ninf``: a NaN or infinity still reaches the gradient. LULESH's kinematics' adjoint took
-25% less time, the element forces' 15% (docs/benchmarks.md, "Fast-math flags for plain adjoints")."""
+25% less time, the element forces' 15% (docs/benchmarks.md, "Fast-math flags for plain adjoints"). Kernels
+that make integers from floats keep exact arithmetic (``analysis.needs_exact_arithmetic``)."""
 
 CLEAR_BLOCK = 2048  # launch indices per block whose seeds a CPU adjoint clears together
 

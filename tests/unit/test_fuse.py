@@ -116,3 +116,27 @@ def test_only_plain_cpu_adjoints_fuse_multiplies_and_adds():
     assert f"fastmath={DERIVATIVE_FLAGS}" in decorators["adjoint"]
     for mode in ("fused", "tangent", "primal"):
         assert "fastmath=False" in decorators[mode], mode
+
+
+WIDTH = 0.1
+
+
+@pad.kernel
+def k_binned_squares(i, x, h):
+    h[int(x[i] / WIDTH)] += x[i] * x[i]
+
+
+def test_an_adjoint_that_makes_integers_from_floats_recomputes_them_exactly():
+    """0.3 / 0.1 rounds below 3, 0.3 * (1 / 0.1) to 3: under the derivatives' fast-math flags the adjoint
+    would put x = 0.3 in another bin than the primal did, and read that bin's seed. It keeps exact
+    arithmetic instead, and gets the primal's bins."""
+    x = np.array([0.3, 0.05, 0.25])
+    assert int(0.3 / WIDTH) == 2 and int(0.3 * (1 / WIDTH)) == 3
+    hbar = np.array([0.0, 0.0, 1.0, 5.0])
+    dx = np.zeros(3)
+    pad.autodiff(
+        lambda x, h: pad.launch(k_binned_squares, 3, x, h), pad.Dup(x, dx), pad.Dup(np.zeros(4), hbar)
+    )
+    np.testing.assert_allclose(dx, [2 * 0.3 * 1.0, 0.0, 2 * 0.25 * 1.0])
+    source = k_binned_squares.variant((x, np.zeros(4)), "adjoint", (True, True)).source
+    assert "fastmath=False" in next(line for line in source.splitlines() if "@njit" in line)
