@@ -6,6 +6,7 @@ agree, on every corpus kernel; and the kernels built for fusing do fuse.
 
 from __future__ import annotations
 
+import math
 import zlib
 
 import numpy as np
@@ -140,3 +141,25 @@ def test_an_adjoint_that_makes_integers_from_floats_recomputes_them_exactly():
     np.testing.assert_allclose(dx, [2 * 0.3 * 1.0, 0.0, 2 * 0.25 * 1.0])
     source = k_binned_squares.variant((x, np.zeros(4)), "adjoint", (True, True)).source
     assert "fastmath=False" in next(line for line in source.splitlines() if "@njit" in line)
+
+
+@pad.kernel
+def k_signed(i, x, y):
+    y[i] = math.copysign(x[i] * x[i], x[i] - 0.5)
+
+
+@pad.kernel
+def k_strided(i, x, y):
+    y[i] = x[int(i // 2)] * 3.0
+
+
+def test_exact_adjoints_are_those_that_read_a_sign_or_make_integers_from_floats():
+    """A float's sign read (``copysign``) keeps the adjoint exact; an integer made from integers does not."""
+    x, y = np.linspace(0.1, 0.9, 8), np.zeros(8)
+
+    def flags(k) -> str:
+        source = k.variant((x, y), "adjoint", (True, True)).source
+        return next(line for line in source.splitlines() if "@njit" in line)
+
+    assert "fastmath=False" in flags(k_signed)
+    assert f"fastmath={DERIVATIVE_FLAGS}" in flags(k_strided)
