@@ -683,7 +683,7 @@ def studies(folder: Path = STUDIES) -> list[str]:
             kind,
             "primal / iteration",
             "gradient / iteration",
-            "gradient / primal",
+            "gradient / its process's primal",
             f"primal {how}",
             f"gradient {how}",
         ]
