@@ -23,8 +23,9 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from pad import arrays
+from pad.kernel import checks
 
-__all__ = ["Recording", "done", "quiet_span", "recording"]
+__all__ = ["Recording", "done", "left_as_filled", "quiet_span", "recording"]
 
 _current: contextvars.ContextVar[Recording | None] = contextvars.ContextVar("pad_replay", default=None)
 _span: contextvars.ContextVar[object | None] = contextvars.ContextVar("pad_replay_span", default=None)
@@ -45,6 +46,15 @@ def done(work: Callable[..., None], *operands: Any) -> None:
             cupy=all(map(arrays.is_cupy, operands)),
             quiet=operands[0].dtype.kind == "f",
         )
+
+
+def left_as_filled(a: Any) -> None:
+    """Tell the record a ``pad.graph`` step is making, if any, that the step leaves ``a`` as the fill just
+    recorded into it made it (the zero shadow of an intermediate whose adjoint clears it whole): a replay
+    after a finished run then needs no fill (``Recording.resets``)."""
+    record = _current.get()
+    if record is not None:
+        record.reset(a)
 
 
 def quiet_span() -> object | None:
@@ -70,6 +80,10 @@ class Recording:
         self.finish: list[Callable[[], None]] = []  # checks run when the step returns (``making``)
         self._runs: list[Run] | None = None
         self._covered = 0
+        # Fills of arrays that every finished run of the step leaves as filled (``left_as_filled``): run
+        # before a replay only where the last run, recorded or replayed, stopped part way (an exception)
+        self.resets: list[functools.partial] = []
+        self.finished = False
 
     def add(self, entry: Callable[[], Any], *, cupy: bool, quiet: bool = False) -> None:
         """Add an operation; ``cupy``: it only enqueues work on CuPy's current stream (a launch, a copy), so
@@ -81,6 +95,15 @@ class Recording:
         self.entries.append(entry)
         self.quiet.append(quiet)
         self.device.append(cupy)
+
+    def reset(self, a: Any) -> None:
+        """Move the latest fill of ``a`` from the entries to ``resets``."""
+        for k in range(len(self.entries) - 1, -1, -1):
+            entry = self.entries[k]
+            if isinstance(entry, functools.partial) and entry.func is arrays.zero and entry.args[0] is a:
+                self.resets.append(entry)
+                del self.entries[k], self.quiet[k], self.device[k]
+                return
 
     def refuse(self, why: str) -> None:
         """Mark the step as one that cannot be replayed (the first reason is kept)."""
@@ -105,6 +128,7 @@ class Recording:
             yield
             for check in self.finish:
                 check()
+            self.finished = True
         finally:
             _current.reset(token)
 
@@ -112,6 +136,12 @@ class Recording:
         """Redo the entries in order: runs of CuPy entries as CUDA graphs, the others in Python."""
         if self._runs is None:
             self._runs = self._split()
+        if not self.finished:
+            for fill in self.resets:
+                fill()
+        elif checks.enabled():
+            self._check_resets()
+        self.finished = False
         token = _span.set(object())
         try:
             for run in self._runs:
@@ -124,8 +154,18 @@ class Recording:
                     if not quiet:
                         _span.set(object())
                     entry()
+            self.finished = True
         finally:
             _span.reset(token)
+
+    def _check_resets(self) -> None:
+        """PAD_DEBUG: the arrays of ``resets`` are as their fills leave them."""
+        for fill in self.resets:
+            if arrays.to_host(fill.args[0]).any():
+                raise RuntimeError(
+                    "pad.graph: an intermediate's shadow that the step's adjoint clears was not zero when a "
+                    "replay began (a pad bug: please report it)"
+                )
 
     def _split(self) -> list[Run]:
         """The entries in runs of consecutive ones alike: CuPy work (captured) or not (run in Python)."""

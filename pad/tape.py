@@ -215,6 +215,8 @@ class Context:
         # zero shadows made, and changes to the kept values not yet copied.
         self.zeroed = 0
         self.live_version = 0
+        # The zero shadows made while a launch asks for its shadows (``launch_shadows``), else None
+        self._fresh_zeros: list[Any] | None = None
         # memory (``arrays.extent``) found to hold no kept value, valid while ``live_version`` is unchanged
         self._unaliased: tuple[int, set[tuple]] = (0, set())
 
@@ -241,6 +243,28 @@ class Context:
             if touched is not None:
                 touched.append(dx)
         return dx
+
+    def launch_shadows(self, args: tuple) -> tuple[list[Any | None], list[Any]]:
+        """The shadows of a launch's arguments (None for scalars and inactive arrays), and those of them made
+        zero now: the arrays' first use in ``f``."""
+        made: list[Any] = []
+        self._fresh_zeros = made
+        try:
+            shadows = [
+                self.shadow(a) if hasattr(a, "shape") and getattr(a, "ndim", 0) > 0 else None for a in args
+            ]
+            return shadows, made
+        finally:
+            self._fresh_zeros = None
+
+    @staticmethod
+    def left_zero(shadows: Iterable[Any], made: list[Any]) -> None:
+        """Note that the adjoint of the launch whose shadows ``launch_shadows`` just gave leaves ``shadows``
+        zero throughout. Those of them it ``made`` zero (no adjoint after that launch's adds to them) are
+        zero again after every reverse pass, so a replay of the step needs no fill of them."""
+        for dx in shadows:
+            if any(dx is z for z in made):
+                replay.left_as_filled(dx)
 
     def scratch(self, a: Any) -> None:
         """Mark ``a``, a buffer an operation allocated for itself and reads only before it returns (a
@@ -285,6 +309,8 @@ class Context:
         self.zeroed += 1
         dx = self._owned_like(x, arrays.zeros_like, lambda a: arrays.fill(a, 0))
         replay.done(arrays.zero, dx)
+        if self._fresh_zeros is not None:
+            self._fresh_zeros.append(dx)
         return dx
 
     def _copy(self, x: Any) -> Any:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +38,7 @@ from pad.kernel.ir import (
     map_blocks,
     names_in,
     scalar_type,
+    stored_arrays,
     walk,
 )
 from pad.kernel.names import PRIVATE
@@ -428,14 +431,9 @@ def _invariant(e: Expr, defs: Definitions) -> Expr | None:
     return None
 
 
-def overwritten_arrays(body: list[Stmt], launch_index: str, kinds: dict[str, Kind]) -> dict[str, int]:
-    """1-D global arrays the kernel never reads and that every iteration ``i`` stores to exactly once, at
-    ``i + c``, whichever way its branches go.
-
-    Maps each to its constant offset ``c``: a launch over ``range(n)`` overwrites ``a[c : c + n]`` whatever
-    the array held (``a[j] += v`` reads ``a``). Each element then has one store, so its adjoint reads the
-    element's seed once: a CPU adjoint clears the seeds after its loop instead of one by one.
-    """
+def _launch_offsets(body: list[Stmt], launch_index: str) -> Callable[[Expr, int], int | None] | None:
+    """How to read an index as ``launch_index + c``: a function of the expression and the top-level statement
+    before which it is evaluated, giving ``c`` or None; None where the body assigns the launch index."""
     assigns: dict[str, list[Stmt]] = {}
     for s in walk(body):
         if isinstance(s, (Assign, Pop)):
@@ -443,11 +441,10 @@ def overwritten_arrays(body: list[Stmt], launch_index: str, kinds: dict[str, Kin
         elif isinstance(s, For):
             assigns.setdefault(s.var, []).append(s)
     if launch_index in assigns:
-        return {}
+        return None
     top = {id(s): k for k, s in enumerate(body)}
 
     def offset(e: Expr, before: int) -> int | None:
-        """``e`` as ``launch_index + c`` evaluated before top-level statement ``before``, or None."""
         if isinstance(e, Name):
             if e.id == launch_index:
                 return 0
@@ -466,6 +463,32 @@ def overwritten_arrays(body: list[Stmt], launch_index: str, kinds: dict[str, Kin
                 base = offset(b, before)
                 return None if base is None else base + a.value
         return None
+
+    return offset
+
+
+def _unread_globals(body: list[Stmt], kinds: dict[str, Kind]) -> set[str]:
+    """The global arrays the kernel stores into and never reads (``a[j] += v`` reads ``a``)."""
+    read = loaded_arrays(body) | {s.array for s in walk(body) if isinstance(s, Store) and s.accumulate}
+    return {
+        a
+        for a in stored_arrays(body) - read
+        if isinstance(kinds.get(a), ArrayKind) and not kinds[a].local  # type: ignore[union-attr]
+    }
+
+
+def overwritten_arrays(body: list[Stmt], launch_index: str, kinds: dict[str, Kind]) -> dict[str, int]:
+    """1-D global arrays the kernel never reads and that every iteration ``i`` stores to exactly once, at
+    ``i + c``, whichever way its branches go.
+
+    Maps each to its constant offset ``c``: a launch over ``range(n)`` overwrites ``a[c : c + n]`` whatever
+    the array held (``a[j] += v`` reads ``a``). Each element then has one store, so its adjoint reads the
+    element's seed once: a CPU adjoint clears the seeds after its loop instead of one by one.
+    """
+    offset = _launch_offsets(body, launch_index)
+    if offset is None:
+        return {}
+    top = {id(s): k for k, s in enumerate(body)}
 
     # Along each path (``return`` is a flag by now: control flow is normalized): the arrays stored once so
     # far, with their offsets; ``spoiled``: those stored twice, in a loop, at an index not ``i + c``, or on
@@ -489,19 +512,146 @@ def overwritten_arrays(body: list[Stmt], launch_index: str, kinds: dict[str, Kin
         return once
 
     stored = follow(body, {}, None)
-    read = loaded_arrays(body) | {s.array for s in walk(body) if isinstance(s, Store) and s.accumulate}
-    out: dict[str, int] = {}
-    for array, c in stored.items():
-        kind = kinds.get(array)
-        if (
-            array in read
-            or array in spoiled
-            or not isinstance(kind, ArrayKind)
-            or kind.local
-            or kind.ndim != 1
-        ):
+    unread = _unread_globals(body, kinds)
+    return {
+        a: c
+        for a, c in stored.items()
+        if a in unread and a not in spoiled and kinds[a].ndim == 1  # type: ignore[union-attr]
+    }
+
+
+@dataclass(frozen=True)
+class Cover:
+    """What every launch over ``range(n)`` stores into an array, whichever way its data-dependent branches
+    go: the box of elements whose index along ``axis`` is ``offset + i`` for each launch index ``i`` and
+    along every other axis ``d`` runs over ``range(extents[d])`` (``extents[axis]`` is unused), when every
+    scalar parameter named in ``given`` has the truth value given (LULESH's ``combined``)."""
+
+    axis: int
+    offset: int
+    extents: tuple[int, ...]
+    given: tuple[tuple[Any, bool], ...] = ()  # (a parameter's name, or its position in a Variant's, value)
+
+    def whole(self, shape: tuple[int, ...], n: int, scalars: Any) -> bool:
+        """Whether the box is all of an array of ``shape`` in a launch of ``n`` whose scalars are
+        ``scalars[p]`` for each ``p`` of ``given``."""
+        return (
+            self.offset == 0
+            and len(shape) == len(self.extents)
+            and shape[self.axis] == n
+            and all(shape[d] == e for d, e in enumerate(self.extents) if d != self.axis)
+            and all(bool(scalars[p]) is v for p, v in self.given)
+        )
+
+
+COVER_POINTS = 4096  # elements per launch index beyond which ``covered_arrays`` gives up on an array
+
+
+def covered_arrays(
+    body: list[Stmt], launch_index: str, kinds: dict[str, Kind], defs: Definitions
+) -> dict[str, Cover]:
+    """The global arrays the kernel never reads (``a[j] += v`` reads ``a``) and stores into over a whole box
+    of elements on every path (``Cover``): ``fs[d, k, i]`` for ``d`` in 0, 1, 2 and ``k`` in ``range(8)``.
+
+    Such an array's adjoint clears the seed of every element of the box and adds to none: where the box is
+    the whole array, its shadow is zero once the adjoint has run. Stores count where they run on every path:
+    in literal ``range`` loops, in both arms of a branch, or in one arm of a branch on a scalar parameter the
+    body never assigns (``given``); their indices are literals, such loops' variables and
+    ``launch_index + c``.
+    """
+    offset = _launch_offsets(body, launch_index)
+    if offset is None:
+        return {}
+    top = {id(s): k for k, s in enumerate(body)}
+    Stored = dict[str, dict[tuple[tuple[int | None, ...], int], frozenset[tuple[str, bool]]]]
+
+    def point(s: Store, ranges: dict[str, range], at: int) -> list[tuple[tuple[int | None, ...], int]] | None:
+        """Each element ``s`` stores into per launch index (the launch axis as None), with its offset."""
+        axes = [k for k, e in enumerate(s.index) if offset(e, at) is not None]
+        c = offset(s.index[axes[0]], at) if len(axes) == 1 else None
+        if c is None:
+            return None
+        names = sorted({e.id for e in s.index if isinstance(e, Name) and e.id in ranges})
+        out = []
+        for values in itertools.product(*(ranges[v] for v in names)):
+            bound = dict(zip(names, values, strict=True))
+            index: list[int | None] = []
+            for k, e in enumerate(s.index):
+                if k == axes[0]:
+                    index.append(None)
+                elif isinstance(e, Lit) and type(e.value) is int and e.value >= 0:
+                    index.append(e.value)
+                elif isinstance(e, Name) and e.id in bound:
+                    index.append(bound[e.id])
+                else:
+                    return None
+            out.append((tuple(index), c))
+        return out
+
+    def join(a: Stored, b: Stored, arm_a: frozenset, arm_b: frozenset) -> Stored:
+        """What is stored after a branch whose arms stored ``a`` and ``b``; ``arm_a``/``arm_b``: what makes
+        each arm run (a parameter's truth value), or empty where the data decide."""
+        out: Stored = {}
+        for array in a.keys() | b.keys():
+            pa, pb = a.get(array, {}), b.get(array, {})
+            merged = {x: pa[x] | pb[x] for x in pa.keys() & pb.keys()}
+            if arm_a:
+                merged |= {x: g | arm_a for x, g in pa.items() if x not in pb}
+                merged |= {x: g | arm_b for x, g in pb.items() if x not in pa}
+            if merged:
+                out[array] = merged
+        return out
+
+    def follow(block: list[Stmt], stored: Stored, ranges: dict[str, range], at: int | None) -> Stored:
+        for s in block:
+            k = top[id(s)] if at is None else at
+            if isinstance(s, Store) and not s.accumulate:
+                points = point(s, ranges, k)
+                if points is not None and len(points) <= COVER_POINTS:
+                    known = dict(stored.get(s.array, {}))
+                    for x in points:
+                        known.setdefault(x, frozenset())
+                    stored = {**stored, s.array: known}
+            elif isinstance(s, If):
+                arm: frozenset[tuple[str, bool]] = frozenset()
+                if isinstance(s.cond, Name) and s.cond.id in defs.invariant:
+                    arm = frozenset({(s.cond.id, True)})
+                other = frozenset((p, not v) for p, v in arm)
+                inner = join(follow(s.body, {}, ranges, k), follow(s.orelse, {}, ranges, k), arm, other)
+                for array, known in inner.items():
+                    mine = dict(stored.get(array, {}))
+                    for x, g in known.items():
+                        if x not in mine:
+                            mine[x] = g
+                    stored = {**stored, array: mine}
+            elif isinstance(s, For):
+                bounds = [
+                    e.value for e in (s.start, s.stop, s.step) if isinstance(e, Lit) and type(e.value) is int
+                ]
+                trips = range(*bounds) if len(bounds) == 3 else range(0)
+                if len(trips) and s.var not in assigned(s.body):
+                    stored = follow(s.body, stored, {**ranges, s.var: trips}, k)
+        return stored
+
+    unread = _unread_globals(body, kinds)
+    out: dict[str, Cover] = {}
+    for array, known in sorted(follow(body, {}, {}, None).items()):
+        if array not in unread:
             continue
-        out[array] = c
+        given = frozenset().union(*known.values())
+        offsets = {c for _, c in known}
+        axes = {index.index(None) for index, _ in known}
+        if len(offsets) != 1 or len(axes) != 1 or len({p for p, _ in given}) != len(given):
+            continue
+        axis = axes.pop()
+        indices = {index for index, _ in known}
+        extents = tuple(
+            0 if d == axis else 1 + max(index[d] or 0 for index in indices)
+            for d in range(len(next(iter(indices))))
+        )
+        box = itertools.product(*(range(e) if d != axis else (None,) for d, e in enumerate(extents)))
+        if indices == set(box):
+            out[array] = Cover(axis, offsets.pop(), extents, tuple(sorted(given)))
     return out
 
 

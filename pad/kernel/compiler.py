@@ -22,9 +22,11 @@ from typing import Any
 from pad.kernel import fission, inspector, runtime
 from pad.kernel.analysis import (
     Activity,
+    Cover,
     Definitions,
     activity,
     check_types,
+    covered_arrays,
     definitions,
     infer_types,
     needs_exact_arithmetic,
@@ -119,6 +121,10 @@ class Variant:
     rewritten: set[int] = field(default_factory=set)
     privates: list[tuple[str, int]] = field(default_factory=list)  # ("primal"|"shadow", position) per buffer
     overwrites: dict[int, int] = field(default_factory=dict)  # 1-D arrays never read, a[i + offset] stored
+    # Adjoints: the active arrays never read that every launch index stores into over a box of elements
+    # (``analysis.covered_arrays``; parameters named by position), whose seeds the adjoint clears there:
+    # where the box is the whole array (``left_zero``), its shadow is zero after the adjoint
+    covers: dict[int, Cover] = field(default_factory=dict)
     target: str = "cpu"  # "cpu" (numba threads) or "cuda"
     block: int = BLOCK  # CUDA: threads per block, which the kernel's per-block sums assume
     kernel: str = ""  # the kernel's name, for messages
@@ -155,6 +161,11 @@ class Variant:
     # on the launch's arguments in place of this variant's own launcher
     pieces: list[Variant] = field(default_factory=list)
 
+    def left_zero(self, n: int, args: tuple) -> list[int]:
+        """The positions of the arrays whose whole shadow this adjoint, launched over ``range(n)`` on
+        ``args``, leaves zero (``covers``)."""
+        return [p for p, c in sorted(self.covers.items()) if c.whole(args[p].shape, n, args)]
+
 
 def cache_dir() -> Path:
     path = Path(os.environ.get("PAD_CACHE_DIR", Path.home() / ".cache" / "pad"))
@@ -176,6 +187,7 @@ class Analysed:
     loaded: set[str]  # arrays read
     stored: set[str]  # arrays written
     overwrites: dict[str, int]  # overwritten_arrays
+    covers: dict[str, Cover]  # covered_arrays
     active_arrays: list[int]  # argument positions
     active_scalars: list[int]
 
@@ -314,6 +326,7 @@ def analyse(
         loaded=loaded_arrays(low.body),
         stored=stored_arrays(low.body),
         overwrites=overwritten_arrays(low.body, launch_index, low.kinds),
+        covers=covered_arrays(low.body, launch_index, low.kinds, defs),
         active_arrays=[k for k in arrays if active[k]],
         active_scalars=[k for k, p in enumerate(params) if active[k] and k not in arrays],
     )
@@ -409,6 +422,11 @@ def _variant(k: Analysed, t: Transformed, mode: str, target: str, checked: bool)
         clears={p: c for p, c in overwrites.items() if rev and k.params[p] in rev.cleared}
         if target == "cuda"
         else {},
+        covers={
+            k.params.index(a): replace(c, given=tuple((k.params.index(q), v) for q, v in c.given))
+            for a, c in k.covers.items()
+            if rev and a in k.act.arrays
+        },
         race=k.race,
         sites=[] if checked else None,
     )

@@ -130,7 +130,7 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
     checked = checks.enabled()
     if checked:  # an array a launch left, changed since by a write pad did not see
         ctx.verify(f"pad.launch({k.fn.__name__})")
-    shadows = [ctx.shadow(a) if hasattr(a, "shape") and getattr(a, "ndim", 0) > 0 else None for a in args]
+    shadows, made = ctx.launch_shadows(args)
     active = tuple(
         s is not None or isinstance(a, tape.ActiveScalar) for a, s in zip(args, shadows, strict=True)
     )
@@ -148,6 +148,8 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
     signature = k.signature(plain)
     variant = k.variant(plain, "adjoint", active, target, signature)
     _distinct(k, variant, plain, checked)
+    if made:
+        ctx.left_zero([shadows[p] for p in variant.left_zero(n, plain)], made)
     if variant.inspector is not None:  # inspects the index arrays before the primal reads them
         plans.prepare(variant, n, plain)
     fused = None
