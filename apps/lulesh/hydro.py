@@ -192,8 +192,15 @@ class Hydro:
         self.replayed_leapfrog = pad.graph(self.leapfrog)
 
     # ----------------------------------------------------------------------------------- state
-    def initial_state(self, parameters: dict[str, float] | None = None, coords: Any = None) -> State:
-        """The state before set-up: the mesh's coordinates (or ``coords``), everything else at rest."""
+    def initial_state(
+        self, parameters: dict[str, float] | None = None, coords: Any = None, into: State | None = None
+    ) -> State:
+        """The state before set-up: the mesh's coordinates (or ``coords``), everything else at rest; written
+        into the arrays of ``into`` where given (the ``pad.graph`` records of a run on them then replay)."""
+        if into is not None:
+            for old, new in zip(into.arrays(), self.initial_state(parameters, coords).arrays(), strict=True):
+                pad.copy(old, new)
+            return into
         m, put = self.mesh, self.memory.put
         values = default_parameters(m.nx, m.tp) | (parameters or {})
         xv = np.zeros((6, m.nnode))
