@@ -555,9 +555,9 @@ def covered_arrays(
 
     Such an array's adjoint clears the seed of every element of the box and adds to none: where the box is
     the whole array, its shadow is zero once the adjoint has run. Stores count where they run on every path:
-    in literal ``range`` loops, in both arms of a branch, or in one arm of a branch on a scalar parameter the
-    body never assigns (``given``); their indices are literals, such loops' variables and
-    ``launch_index + c``.
+    in literal ``range`` loops (a loop that may end early is a ``while`` by now), in both arms of a branch, or
+    in one arm of a branch on a scalar parameter the body never assigns (``given``); their indices are
+    literals, such loops' variables and ``launch_index + c``.
     """
     offset = _launch_offsets(body, launch_index)
     if offset is None:
@@ -608,10 +608,10 @@ def covered_arrays(
             if isinstance(s, Store) and not s.accumulate:
                 points = point(s, ranges, k)
                 if points is not None and len(points) <= COVER_POINTS:
-                    known = dict(stored.get(s.array, {}))
-                    for x in points:
-                        known.setdefault(x, frozenset())
-                    stored = {**stored, s.array: known}
+                    stored = {
+                        **stored,
+                        s.array: {**stored.get(s.array, {}), **dict.fromkeys(points, frozenset())},
+                    }
             elif isinstance(s, If):
                 arm: frozenset[tuple[str, bool]] = frozenset()
                 if isinstance(s.cond, Name) and s.cond.id in defs.invariant:

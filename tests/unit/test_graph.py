@@ -203,12 +203,16 @@ def k_rows(i, x, combined, t, u):
 
 
 @pad.kernel
-def k_partly(i, x, n, t, u, w, z, y):
+def k_partly(i, x, n, t, u, w, z, y, v):
     """Stores that do not cover their arrays on every path, or that read them."""
     if x[i] > 0.0:
         t[i] = x[i]
     for k in range(n):
         u[k, i] = x[i]
+    for k in range(3):
+        if x[i] > 2.0:
+            break
+        v[k, i] = x[i]
     w[0, i] = x[i]
     w[2, i] = x[i]
     z[i + 1] = x[i]
@@ -224,8 +228,8 @@ def test_adjoints_know_which_shadows_they_leave_zero():
     assert v.left_zero(5, (x, 0, t, u)) == [2, 3]
     assert v.left_zero(4, (x, 0, t, u)) == []  # a launch over part of the arrays
     assert v.left_zero(5, (x, 0, np.zeros((3, 3, 5)), u)) == [3]  # a row no store reaches
-    args = (x, 3, np.ones(5), np.ones((3, 5)), np.ones((3, 5)), np.ones(6), np.ones(5))
-    v = k_partly.variant(args, "adjoint", (True, False, True, True, True, True, True))
+    args = (x, 3, np.ones(5), np.ones((3, 5)), np.ones((3, 5)), np.ones(6), np.ones(5), np.ones((3, 5)))
+    v = k_partly.variant(args, "adjoint", (True, False, True, True, True, True, True, True))
     assert v.covers == {5: Cover(0, 1, (0,))}  # z[i + 1]: never the whole of z
     assert v.left_zero(5, args) == []
 
