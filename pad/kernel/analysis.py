@@ -618,12 +618,7 @@ def covered_arrays(
                     arm = frozenset({(s.cond.id, True)})
                 other = frozenset((p, not v) for p, v in arm)
                 inner = join(follow(s.body, {}, ranges, k), follow(s.orelse, {}, ranges, k), arm, other)
-                for array, known in inner.items():
-                    mine = dict(stored.get(array, {}))
-                    for x, g in known.items():
-                        if x not in mine:
-                            mine[x] = g
-                    stored = {**stored, array: mine}
+                stored = {**stored, **{a: {**known, **stored.get(a, {})} for a, known in inner.items()}}
             elif isinstance(s, For):
                 bounds = [
                     e.value for e in (s.start, s.stop, s.step) if isinstance(e, Lit) and type(e.value) is int
