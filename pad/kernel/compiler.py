@@ -355,15 +355,16 @@ def _adjoint(k: Analysed, launcher: Launcher, touched: set[str], fused: bool, ta
     outputs are made too."""
     body, defs = k.low.body, k.defs
     rev = Reverse(body, k.low.kinds, k.types, k.act, k.launch_index, k.low.namer, touched, defs)
+    # A taped loop's saves go to memory (global memory on a GPU, a stack on the CPU), an unrolled one's to
+    # registers; on a GPU an output loop's seeds are read first (``owned_loads_first``) once it is unrolled.
+    taped = {id(s) for s in walk(body) if isinstance(s, For)} - rev.recompute
+    small = small_loops(body, taped)
     if target == "cuda":
-        # A taped loop's saves go to global memory, an unrolled one's to registers; an output loop's seeds
-        # are read first (``owned_loads_first``) once it is unrolled.
-        taped = {id(s) for s in walk(body) if isinstance(s, For)} - rev.recompute
-        small = small_loops(body, taped) | owned_store_loops(body, k.launch_index, k.low.kinds)
-        if small:
-            body = unroll(body, small)
-            defs = definitions(body, k.launch_index, k.low.kinds)
-            rev = Reverse(body, k.low.kinds, k.types, k.act, k.launch_index, k.low.namer, touched, defs)
+        small |= owned_store_loops(body, k.launch_index, k.low.kinds)
+    if small:
+        body = unroll(body, small)
+        defs = definitions(body, k.launch_index, k.low.kinds)
+        rev = Reverse(body, k.low.kinds, k.types, k.act, k.launch_index, k.low.namer, touched, defs)
     rev.fused = fused
     rev.keep_loops = target == "cpu"
     rev.cleared = frozenset(a for a in k.overwrites if a in k.act.arrays)
