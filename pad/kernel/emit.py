@@ -384,7 +384,8 @@ def launcher_source(
     # of the runner of chunks (pad/parallel/cpu.py: one parallel loop compiled once for every kernel, or a
     # serial one for PAD_DEBUG), it has the runner call it again for each chunk ``_c`` and wave ``_w`` with
     # ``_run`` 0 (``runtime.run_chunks``). A launcher with a parallel loop of its own would have numba lower
-    # and compile that loop once per kernel (docs/benchmarks.md, "First runs: compiling").
+    # and compile that loop once per kernel (docs/benchmarks.md, "First runs: compiling"). The launch index
+    # is never negative: ``nonnegative`` tells LLVM so, which drops numba's wrap-around from indices made of it.
     flags = DERIVATIVE_FLAGS if launcher.derivatives_only and not fastmath else fastmath
     options = f"nogil=True, cache=True, fastmath={flags}, error_model='numpy'"
     waves = "_colours.shape[0] - 1" if launcher.planned else "1"
@@ -447,10 +448,11 @@ def launcher_source(
     if launcher.planned:
         line(f"for _k in range({lo}, {hi}):")
         depth += 1
-        line(f"{launch_index} = _k if _ident else _order[_k]")
+        line(f"{launch_index} = nonnegative(_k if _ident else _order[_k])")
     else:
         line(f"for {launch_index} in range({lo}, {hi}):")
         depth += 1
+        line(f"{launch_index} = nonnegative({launch_index})")
     for k in kinds_used:
         line(f"_n{k} = 0")
     for name in init:

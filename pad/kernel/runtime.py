@@ -134,6 +134,24 @@ def claim(typingctx: Any, counters: Any, k: Any) -> Any:
 
 
 @intrinsic
+def nonnegative(typingctx: Any, x: Any) -> Any:
+    """``x``, an integer that LLVM may take to be at least zero (a launch index: from a range of the launch or
+    a plan's order), so that numba's wrap-around of negative indices leaves its uses as indices."""
+    if not isinstance(x, types.Integer):
+        return None
+
+    def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
+        value = llargs[0]
+        assume = builder.module.declare_intrinsic(
+            "llvm.assume", fnty=ir.FunctionType(ir.VoidType(), [ir.IntType(1)])
+        )
+        builder.call(assume, [builder.icmp_signed(">=", value, ir.Constant(value.type, 0))])
+        return value
+
+    return x(x), codegen
+
+
+@intrinsic
 def run_chunks(typingctx: Any, nchunks: Any, waves: Any, *params: Any) -> Any:
     """Run the calling launcher's chunks ``0 .. nchunks - 1`` for each wave ``0 .. waves - 1``, calling it
     again for each as ``launcher(0, chunk, wave, *rest)``, by the chunks runner at ``params[0]``.

@@ -385,3 +385,25 @@ def test_a_differentiated_launch_refuses_a_written_array_passed_twice(mode, alia
         pytest.raises(ValueError, match=r"_write_both.*'y' and 'z' share memory"),
     ):
         getattr(pad, mode)(program, *args)
+
+
+@pad.kernel
+def k_previous_through(i, idx, x, y):
+    y[i] = x[i - 1] * x[idx[i]]
+
+
+def test_an_index_below_the_launch_index_still_wraps_as_in_python():
+    """Launchers tell LLVM that the launch index is never negative; ``i - 1`` at index 0 still reads the last
+    element, in the primal and in the planned adjoint (whose scatter through ``idx`` is coloured)."""
+    n = 7
+    rng = np.random.default_rng(5)
+    idx, x = rng.integers(0, n, n), rng.uniform(0.5, 1.5, n)
+    y = np.zeros(n)
+    pad.launch(k_previous_through, n, idx, x, y)
+    np.testing.assert_array_equal(y, np.roll(x, 1) * x[idx])
+    seed, dx = rng.uniform(size=n), np.zeros(n)
+    pad.autodiff(
+        lambda x, y: pad.launch(k_previous_through, n, idx, x, y), pad.Dup(x, dx), pad.Dup(y, seed.copy())
+    )
+    want = np.roll(seed * x[idx], -1) + np.bincount(idx, seed * np.roll(x, 1), minlength=n)
+    np.testing.assert_allclose(dx, want, rtol=1e-14)
