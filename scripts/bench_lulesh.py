@@ -5,7 +5,10 @@ C++ original (``--original BINARY``, or ``--build-original SRC`` to compile LLNL
 scratch folder with the original's release flags, ``-O3 -fopenmp``, serial MPI-free build), alternating
 them so that both see the same machine load, and reports each one's FOM (zones per millisecond; higher is
 faster), the ratio pad / original and the Final Origin Energy of both. ``--device gpu`` runs pad on the GPU
-too. ``--forces`` times the two ways of summing corner forces to nodes (see ``forces_study``).
+too. ``--forces`` times the two ways of summing corner forces to nodes (see ``forces_study``),
+``--per-cycle`` the per-cycle gradient against the primal cycle in one process (``cycle_ratio``), and
+``--launches`` what the gradient's cycle spends outside the compiled launchers (``launch_profile``);
+``--no-runs`` leaves out the app's runs.
 
     python scripts/bench_lulesh.py --build-original /path/to/LULESH --cases 30: 45:100 --threads 1 2
     python scripts/bench_lulesh.py --cases 60:100 --threads 1 2 4 8 16       # strong scaling
@@ -139,6 +142,54 @@ def forces_study(size: int, threads: int, repeat: int = 20) -> dict[str, float]:
     return times
 
 
+def cycle_ratio(size: int, threads: int, cycles: int = 5, rounds: int = 7) -> dict[str, Any]:
+    """The per-cycle gradient against the primal cycle in one process, alternating: ``rounds`` times, ``cycles``
+    primal cycles then ``cycles`` gradient cycles (each as ``Hydro.advance`` runs those after the first: the
+    time increment, the replayed leap-frog step or the replayed differentiated one, ``StepGradient``, and the
+    fault check), on one state that both advance. Wall-clock seconds per cycle, the best round and the median
+    one of each; neighbouring rounds see the same machine load, which on a shared host moves the runs of
+    separate processes by more than the code does."""
+    import numba
+
+    import pad.mpi
+    from apps.lulesh import adjoint
+    from apps.lulesh import mesh as M
+    from apps.lulesh.hydro import Hydro
+
+    numba.set_num_threads(threads)
+    hydro = Hydro(M.build(size, 1, 0, 11, 1, 1), pad.mpi.COMM_WORLD)
+    state = hydro.initial_state()
+    hydro.setup(state)
+    step = adjoint.StepGradient(hydro)
+    hydro.advance(state, 3, leapfrog=step)  # compiles, makes the plans, records the replays
+    t = 4
+    laps: dict[str, list[float]] = {"primal": [], "gradient": []}
+    for _ in range(rounds + 1):  # the first round warms the primal's replay
+        for name, leapfrog in (("primal", hydro.replayed_leapfrog), ("gradient", step)):
+            begin = time.perf_counter()
+            for _ in range(cycles):
+                hydro.later_increment(state)
+                leapfrog(state)
+                hydro.check(t)
+                t += 1
+            laps[name].append((time.perf_counter() - begin) / cycles)
+    assert step.replayed.why is None and hydro.replayed_leapfrog.why is None
+    best = {name: min(v[1:]) for name, v in laps.items()}
+    median = {name: float(np.median(v[1:])) for name, v in laps.items()}
+    return {
+        "size": size,
+        "threads": threads,
+        "cycles": cycles,
+        "rounds": rounds,
+        "primal_cycle_s": best["primal"],
+        "gradient_cycle_s": best["gradient"],
+        "ratio": best["gradient"] / best["primal"],
+        "primal_median_s": median["primal"],
+        "gradient_median_s": median["gradient"],
+        "median_ratio": median["gradient"] / median["primal"],
+    }
+
+
 def launch_profile(size: int, threads: int, cycles: int = 5, rounds: int = 3) -> dict[str, Any]:
     """Where a per-cycle gradient's time goes outside the compiled launchers, as the calling thread's CPU
     time (other work on the machine does not count there), the best of ``rounds`` runs of ``cycles`` cycles.
@@ -257,6 +308,15 @@ def main() -> None:
         help="also profile the per-cycle gradient's time outside the compiled launchers (per case and thread count)",
     )
     p.add_argument(
+        "--no-runs", action="store_true", help="skip the app's runs: only the studies asked for below"
+    )
+    p.add_argument(
+        "--per-cycle",
+        action="store_true",
+        help="also time the per-cycle gradient against the primal cycle in one process, alternating "
+        "(per case and thread count)",
+    )
+    p.add_argument(
         "--json",
         "--out",
         dest="json",
@@ -269,7 +329,7 @@ def main() -> None:
         build_original(args.build_original, scratch) if args.build_original else None
     )
     rows = []
-    for size, iterations in args.cases:
+    for size, iterations in [] if args.no_runs else args.cases:
         for device in args.device:
             for threads in args.threads if device == "cpu" else [1]:
                 best_pad: dict[str, Any] = {}
@@ -306,6 +366,11 @@ def main() -> None:
         for threads in args.threads:
             study = {"size": size, "threads": threads} | forces_study(size, threads)
             result.setdefault("forces", []).append(study)
+            print(json.dumps(study), flush=True)
+    for size, _ in args.cases if args.per_cycle else []:
+        for threads in args.threads:
+            study = cycle_ratio(size, threads)
+            result.setdefault("per_cycle", []).append(study)
             print(json.dumps(study), flush=True)
     for size, _ in args.cases if args.launches else []:
         for threads in args.threads:
