@@ -306,6 +306,27 @@ def lulesh() -> list[str]:
     return out[:-1]
 
 
+def cpu_lulesh_per_cycle() -> list[str]:
+    """LULESH's per-cycle gradient against its primal cycle, alternating in one process (``bench_lulesh.py
+    --per-cycle``): per host instance, case and thread count, the best rounds and the median ratio."""
+    recs = _load("cpu-lulesh-per-cycle-*.json")
+    rows = [
+        [
+            rec["date"],
+            f"-s {p['size']}",
+            str(p["threads"]),
+            _ms(p["primal_cycle_s"]),
+            _ms(p["gradient_cycle_s"]),
+            f"{p['ratio']:.2f}x",
+            f"{p['median_ratio']:.2f}x",
+        ]
+        for rec in recs
+        for p in rec["result"]["per_cycle"]
+    ]
+    header = ["run", "case", "threads", "primal cycle", "gradient cycle", "gradient / primal", "medians"]
+    return [*_table(header, rows), *_caption(*recs)]
+
+
 def cpu_lulesh_launches() -> list[str]:
     """Where a per-cycle gradient's time goes outside the compiled launchers (``bench_lulesh.py
     --launches``), as the calling thread's CPU time: per case and thread count, then split by kind."""
@@ -770,6 +791,7 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "minibude-optimize": minibude_optimize,
     "lulesh": lulesh,
     "cpu-lulesh-launches": cpu_lulesh_launches,
+    "cpu-lulesh-per-cycle": cpu_lulesh_per_cycle,
     "cpu-lulesh-plans": cpu_lulesh_plans,
     "tasks": tasks,
     "studies": studies,
