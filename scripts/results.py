@@ -164,6 +164,25 @@ def minibude() -> list[str]:
     return [*_table(header, rows), *_caption(*recs)]
 
 
+def cpu_minibude_alternating() -> list[str]:
+    """miniBUDE's gradient against its energies, alternating in one process (``bench_minibude.py``)."""
+    rec = _one("cpu-minibude-alternating.json")
+    rows = [
+        [
+            r["deck"],
+            r["wrt"],
+            str(r["threads"]),
+            _ms(r["energies_s"]),
+            _ms(r["gradient_s"]),
+            f"{r['ratio']:.2f}x",
+            f"{r['median_ratio']:.2f}x",
+        ]
+        for r in rec["result"]["rows"]
+    ]
+    header = ["deck", "gradient wrt", "threads", "energies", "gradient", "gradient / energies", "medians"]
+    return [*_table(header, rows), *_caption(rec)]
+
+
 def minibude_gpu() -> list[str]:
     """pad's miniBUDE gradients on a GPU beside the JAX peer's, from one session on one machine."""
     jax = _one("gpu-minibude-jax.json")
@@ -779,6 +798,7 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "headline": headline,
     "kernels": kernels,
     "minibude": minibude,
+    "cpu-minibude-alternating": cpu_minibude_alternating,
     "minibude-gpu": minibude_gpu,
     "minibude-gpu-hand": minibude_gpu_hand,
     "gpu-kernels": gpu_kernels,
