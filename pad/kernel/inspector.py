@@ -43,6 +43,7 @@ from pad.kernel.ir import (
     While,
     arrays_in,
     assigned,
+    elems_in,
     exprs_of,
     names_in,
     stored_arrays,
@@ -177,7 +178,7 @@ class _Scan:
 
     def stmt(self, s: Stmt, env: set[str], record: bool) -> set[str]:
         for e in exprs_of(s):
-            for x in _elems(e):
+            for x in elems_in(e):
                 self.touch(s, x.array, x.index, env, record)
         if isinstance(s, Store):
             self.touch(s, s.array, s.index, env, record)
@@ -229,13 +230,6 @@ class _Scan:
         if isinstance(s, (LocalArray, Fill)):
             return env - {s.target if isinstance(s, LocalArray) else s.array}
         return env
-
-
-def _elems(e: Expr) -> list[Elem]:
-    """Every array element an expression reads, nested ones included."""
-    if isinstance(e, Elem):
-        return [e, *(x for i in e.index for x in _elems(i))]
-    return [x for a in getattr(e, "args", ()) for x in _elems(a)]
 
 
 def build(
@@ -302,12 +296,12 @@ def build(
         out: list[Stmt] = []
         for s in stmts:
             if isinstance(s, Assign) and id(s) in scan.ok and s.target in needed:
-                for x in reversed(_elems(s.value)):  # inner reads first
+                for x in reversed(list(elems_in(s.value))):  # inner reads first
                     checks.append(Check(x.array, False))
                     out.append(Read(x.array, x.index, len(checks), line=s.line))
                 out.append(s)
             for array, index in touches_at.get(id(s), []):
-                for x in reversed([e for i in index for e in _elems(i)]):  # index arrays read in the index
+                for x in reversed([e for i in index for e in elems_in(i)]):  # index arrays read in the index
                     checks.append(Check(x.array, False))
                     out.append(Read(x.array, x.index, len(checks), line=s.line))
                 checks.append(Check(array, True, *_origin(index, unique, sources)))

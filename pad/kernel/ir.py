@@ -167,6 +167,17 @@ def literal_range(s: Stmt) -> range | None:
     return range(*(int(b.value) for b in bounds))  # type: ignore[attr-defined]
 
 
+def elems_in(e: Expr) -> Iterator[Elem]:
+    """Every array element an expression reads, those in indices included."""
+    if isinstance(e, Elem):
+        yield e
+        for a in e.index:
+            yield from elems_in(a)
+    elif isinstance(e, Call):
+        for a in e.args:
+            yield from elems_in(a)
+
+
 def arrays_in(e: Expr) -> Iterator[str]:
     """Every array an expression reads an element of."""
     if isinstance(e, Elem):

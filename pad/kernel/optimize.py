@@ -10,7 +10,7 @@ import copy
 import functools
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -51,6 +51,7 @@ from pad.kernel.ir import (
     blocks,
     call,
     element_type,
+    elems_in,
     exprs_of,
     literal_range,
     loaded_arrays,
@@ -607,7 +608,7 @@ def dead_local_stores(body: list[Stmt], shapes: dict[str, tuple[int, ...]]) -> l
     def reads(s: Stmt, env: dict[str, int]) -> set[Element]:
         out: set[Element] = set()
         for e in exprs_of(s):
-            for x in _elems(e):
+            for x in elems_in(e):
                 if x.array in shapes:
                     out |= elements(x.array, x.index, env)
         return out
@@ -716,17 +717,6 @@ def _summarized(once: Callable[[set[Element]], set[Element]], after: set[Element
 def _copies(stmts: list[Stmt]) -> list[Stmt]:
     """A copy of every statement, one per place it occurs (``copy.deepcopy`` keeps shared ones shared)."""
     return [map_blocks(s, _copies) if blocks(s) else copy.copy(s) for s in stmts]
-
-
-def _elems(e: Expr) -> Iterator[Elem]:
-    """Every array element an expression reads, those in indices included."""
-    if isinstance(e, Elem):
-        yield e
-        for a in e.index:
-            yield from _elems(a)
-    elif isinstance(e, Call):
-        for a in e.args:
-            yield from _elems(a)
 
 
 UNROLLED_TRIPS = 4  # ``unroll``: loops of at most this many iterations
@@ -841,7 +831,7 @@ def owned_loads_first(
         for s in stmts:
             once = not looped and not isinstance(s, While)  # a ``while`` evaluates its test again
             for e in exprs_of(s):
-                for x in _elems(e):
+                for x in elems_in(e):
                     accesses.append((s, x.array, canonical(x.index), once, guarded))
             if isinstance(s, Store):
                 accesses.append((s, s.array, canonical(s.index), s.accumulate and not looped, guarded))
@@ -924,7 +914,7 @@ def _certain_elements(
     for s in stmts:
         if _may_leave(s):
             break
-        out |= {(x.array, canonical(x.index)) for e in exprs_of(s) for x in _elems(e)}
+        out |= {(x.array, canonical(x.index)) for e in exprs_of(s) for x in elems_in(e)}
         if isinstance(s, Store):
             out.add((s.array, canonical(s.index)))
         elif isinstance(s, If):

@@ -30,7 +30,8 @@ from __future__ import annotations
 import copy
 import functools
 import math
-from collections.abc import Iterator, Mapping
+import operator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -72,6 +73,7 @@ from pad.kernel.ir import (
     assigned,
     blocks,
     call,
+    elems_in,
     exprs_of,
     literal_range,
     loaded_arrays,
@@ -1046,15 +1048,75 @@ def _drop_ids(stmts: list[Stmt], ids: set[int]) -> list[Stmt]:
 
 
 def _unobserved_stores(body: list[Stmt]) -> set[int]:
-    """id() of the plain stores outside every loop into arrays that no later statement loads from: nothing
-    the kernel computes after them reads what they store (``A[i] = f(A[i], ...)``, LULESH's EOS)."""
+    """id() of the plain stores outside every loop whose element no later statement loads: nothing the
+    kernel computes after them reads what they store (``A[i] = f(A[i], ...)``, LULESH's EOS; an unrolled
+    loop over axes, ``xv[3 + axis, n] = ...``, whose later iterations load other rows)."""
     order = list(_in_order(body, False))
-    last_load = {a: k for k, (x, _) in enumerate(order) for e in exprs_of(x) for a in arrays_in(e)}
+    known = _known_integers(body)
+    loads = [
+        (k, x, known.get(id(s), {}))
+        for k, (s, _) in enumerate(order)
+        for e in exprs_of(s)
+        for x in elems_in(e)
+    ]
     return {
         id(s)
         for k, (s, inside) in enumerate(order)
-        if isinstance(s, Store) and not s.accumulate and not inside and last_load.get(s.array, -1) <= k
+        if isinstance(s, Store)
+        and not s.accumulate
+        and not inside
+        and not any(
+            j > k and x.array == s.array and _may_meet(s.index, known[id(s)], x.index, at)
+            for j, x, at in loads
+        )
     }
+
+
+def _known_integers(body: list[Stmt]) -> dict[int, dict[str, int]]:
+    """Per statement (id()), the integers that names surely hold there: names assigned integer arithmetic of
+    literals at the top level of ``body`` and not assigned again since, nor in a block around the statement."""
+    known: dict[int, dict[str, int]] = {}
+    values: dict[str, int] = {}
+    for s in body:
+        inner = {n: v for n, v in values.items() if n not in assigned([s])}
+        for x in walk([s]):
+            known[id(x)] = values if x is s else inner
+        values = inner
+        if isinstance(s, Assign) and (value := _integer(s.value, known[id(s)])) is not None:
+            values = {**inner, s.target: value}
+    return known
+
+
+def _integer(e: Expr, values: Mapping[str, int]) -> int | None:
+    """The integer ``e`` evaluates to, from literals and ``values``; None if not known."""
+    if isinstance(e, Lit):
+        return e.value if type(e.value) is int else None
+    if isinstance(e, Name):
+        return values.get(e.id)
+    if isinstance(e, Call) and e.op in _INTEGER_OPS:
+        args = [_integer(a, values) for a in e.args]
+        return None if None in args else int(_INTEGER_OPS[e.op](*args))
+    return None
+
+
+_INTEGER_OPS: dict[str, Callable[..., int]] = {
+    "copy": operator.pos,
+    "neg": operator.neg,
+    "add": operator.add,
+    "sub": operator.sub,
+    "mul": operator.mul,
+}
+
+
+def _may_meet(
+    a: tuple[Expr, ...], at_a: Mapping[str, int], b: tuple[Expr, ...], at_b: Mapping[str, int]
+) -> bool:
+    """Whether two indices of one array may name the same element: not where some position holds two
+    different known integers."""
+    return not any(
+        x is not None and y is not None and x != y
+        for x, y in zip((_integer(e, at_a) for e in a), (_integer(e, at_b) for e in b), strict=True)
+    )
 
 
 def _in_order(stmts: list[Stmt], inside: bool) -> Iterator[tuple[Stmt, bool]]:
