@@ -57,7 +57,7 @@ def default_parameters(nx: int, tp: int) -> dict[str, float]:
 
 DEVICE_BYTES = {
     "primal": (478, 86, 23, 174),
-    "grad": (944, 304, 63, 466),
+    "grad": (944, 256, 63, 466),
     "sensitivity": (924, 365, 63, 488),
     "snapshot": (370, 71, 0, 114),
 }
