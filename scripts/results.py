@@ -166,9 +166,10 @@ def minibude() -> list[str]:
 
 def cpu_minibude_alternating() -> list[str]:
     """miniBUDE's gradient against its energies, alternating in one process (``bench_minibude.py``)."""
-    rec = _one("cpu-minibude-alternating.json")
+    recs = _load("cpu-minibude-alternating-*.json")
     rows = [
         [
+            rec["date"],
             r["deck"],
             r["wrt"],
             str(r["threads"]),
@@ -177,10 +178,20 @@ def cpu_minibude_alternating() -> list[str]:
             f"{r['ratio']:.2f}x",
             f"{r['median_ratio']:.2f}x",
         ]
+        for rec in recs
         for r in rec["result"]["rows"]
     ]
-    header = ["deck", "gradient wrt", "threads", "energies", "gradient", "gradient / energies", "medians"]
-    return [*_table(header, rows), *_caption(rec)]
+    header = [
+        "run",
+        "deck",
+        "gradient wrt",
+        "threads",
+        "energies",
+        "gradient",
+        "gradient / energies",
+        "medians",
+    ]
+    return [*_table(header, rows), *_caption(*recs)]
 
 
 def minibude_gpu() -> list[str]:
