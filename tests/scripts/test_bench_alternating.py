@@ -1,0 +1,39 @@
+"""The benchmarks that time a gradient against its primal alternating in one process: what they report."""
+
+from __future__ import annotations
+
+import numba
+import pytest
+
+from apps.minibude.deck import synthetic_deck
+from apps.minibude.driver import Docking
+from scripts.bench_lulesh import cycle_ratio
+from scripts.bench_minibude import alternate
+
+
+@pytest.fixture
+def one_thread():
+    before = numba.get_num_threads()
+    numba.set_num_threads(1)
+    yield
+    numba.set_num_threads(before)
+
+
+def _best_and_median(row: dict, primal: str, gradient: str) -> None:
+    """Best rounds at most the medians, and each ratio the gradient's time over the primal's."""
+    assert 0 < row[f"{primal}_s"] <= row[f"{primal}_median_s"]
+    assert 0 < row[f"{gradient}_s"] <= row[f"{gradient}_median_s"]
+    assert row["ratio"] == pytest.approx(row[f"{gradient}_s"] / row[f"{primal}_s"])
+    assert row["median_ratio"] == pytest.approx(row[f"{gradient}_median_s"] / row[f"{primal}_median_s"])
+
+
+def test_luleshs_per_cycle_ratio(one_thread):
+    row = cycle_ratio(3, 1, cycles=2, rounds=3)
+    assert (row["size"], row["threads"], row["cycles"], row["rounds"]) == (3, 1, 2, 3)
+    row |= {"primal_s": row["primal_cycle_s"], "gradient_s": row["gradient_cycle_s"]}
+    _best_and_median(row, "primal", "gradient")
+
+
+def test_minibudes_alternating_ratio(one_thread):
+    dock = Docking(synthetic_deck(nposes=64), ppwi=64, device="cpu", comm=None, wrt="protein")
+    _best_and_median(alternate(dock, "protein", rounds=3), "energies", "gradient")
