@@ -142,13 +142,9 @@ def forces_study(size: int, threads: int, repeat: int = 20) -> dict[str, float]:
     return times
 
 
-def cycle_ratio(size: int, threads: int, cycles: int = 5, rounds: int = 7) -> dict[str, Any]:
-    """The per-cycle gradient against the primal cycle in one process, alternating: ``rounds`` times, ``cycles``
-    primal cycles then ``cycles`` gradient cycles (each as ``Hydro.advance`` runs those after the first: the
-    time increment, the replayed leap-frog step or the replayed differentiated one, ``StepGradient``, and the
-    fault check), on one state that both advance. Wall-clock seconds per cycle, the best round and the median
-    one of each; neighbouring rounds see the same machine load, which on a shared host moves the runs of
-    separate processes by more than the code does."""
+def _recorded_gradient(size: int, threads: int) -> tuple[Any, Any, Any]:
+    """A one-rank LULESH of ``-s size`` on ``threads`` threads, its state and its per-cycle gradient step,
+    after three cycles of the gradient: compiled, its plans made, its replays recorded."""
     import numba
 
     import pad.mpi
@@ -161,7 +157,18 @@ def cycle_ratio(size: int, threads: int, cycles: int = 5, rounds: int = 7) -> di
     state = hydro.initial_state()
     hydro.setup(state)
     step = adjoint.StepGradient(hydro)
-    hydro.advance(state, 3, leapfrog=step)  # compiles, makes the plans, records the replays
+    hydro.advance(state, 3, leapfrog=step)
+    return hydro, state, step
+
+
+def cycle_ratio(size: int, threads: int, cycles: int = 5, rounds: int = 7) -> dict[str, Any]:
+    """The per-cycle gradient against the primal cycle in one process, alternating: ``rounds`` times, ``cycles``
+    primal cycles then ``cycles`` gradient cycles (each as ``Hydro.advance`` runs those after the first: the
+    time increment, the replayed leap-frog step or the replayed differentiated one, ``StepGradient``, and the
+    fault check), on one state that both advance. Wall-clock seconds per cycle, the best round and the median
+    one of each; neighbouring rounds see the same machine load, which on a shared host moves the runs of
+    separate processes by more than the code does."""
+    hydro, state, step = _recorded_gradient(size, threads)
     t = 4
     laps: dict[str, list[float]] = {"primal": [], "gradient": []}
     for _ in range(rounds + 1):  # the first round warms the primal's replay
@@ -202,14 +209,9 @@ def launch_profile(size: int, threads: int, cycles: int = 5, rounds: int = 3) ->
     arguments, buffers and plan look-ups, the graph's argument check, the fault check. (A profiler would not
     tell these apart: on Python 3.12 cProfile does not see numba's compiled functions, and counts their
     time in their Python callers.)"""
-    import numba
-
     import pad
-    import pad.mpi
     from apps.lulesh import adjoint
     from apps.lulesh import kernels as K
-    from apps.lulesh import mesh as M
-    from apps.lulesh.hydro import Hydro
     from pad import arrays
     from pad.parallel import cpu, plans
 
@@ -232,12 +234,7 @@ def launch_profile(size: int, threads: int, cycles: int = 5, rounds: int = 3) ->
     arrays.assign = timed(arrays.assign, "tape: copies of kept values")  # type: ignore[method-assign]
     plans._same = timed(plans._same, "plans: validations")  # type: ignore[attr-defined]
     cpu._reduce = timed(cpu._reduce, "private buffers' sums")  # type: ignore[attr-defined]
-    numba.set_num_threads(threads)
-    hydro = Hydro(M.build(size, 1, 0, 11, 1, 1), pad.mpi.COMM_WORLD)
-    state = hydro.initial_state()
-    hydro.setup(state)
-    step = adjoint.StepGradient(hydro)
-    hydro.advance(state, 3, leapfrog=step)  # compiles, makes the plans, records the replays
+    hydro, state, step = _recorded_gradient(size, threads)
     for k in [*vars(K).values(), adjoint.k_copy]:
         for variant in getattr(k, "_variants", {}).values():
             variant.launcher = timed(variant.launcher, "launchers")
