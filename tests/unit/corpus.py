@@ -834,6 +834,18 @@ def k_dead_replay(i, x, y):
     y[i] = t
 
 
+@pad.kernel
+def k_axes_in_place(n, f, xv):
+    """LULESH's node update in small: each axis's velocity row (cut near zero), then its position row, updated
+    in place by a loop over three axes that loads what it stores."""
+    for axis in range(3):
+        vel = xv[3 + axis, n] + f[axis, n] * xv[axis, n]
+        if abs(vel) < 0.1:
+            vel = 0.0
+        xv[3 + axis, n] = vel
+        xv[axis, n] = xv[axis, n] + vel * 0.5
+
+
 @case("recomputed loop rebuilding a local array the reverse sweep never reads")
 def _dead_replay():
     def prog(x, y):

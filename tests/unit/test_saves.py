@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import pad
+from tests.unit.corpus import k_axes_in_place
 
 
 @pad.kernel
@@ -35,17 +36,6 @@ def k_overwrite_in_outer_loop(i, x, y):
             total += math.sin(a[k])  # read, then overwritten in the next iteration
         a[m % 2] = a[m % 2] * a[(m + 1) % 2]
     y[i] = total
-
-
-@pad.kernel
-def k_axes_in_place(n, f, xv):
-    """LULESH's node update in small: a loop over three axes that loads what it stores."""
-    for axis in range(3):
-        vel = xv[3 + axis, n] + f[axis, n] * xv[axis, n]
-        if abs(vel) < 0.1:
-            vel = 0.0
-        xv[3 + axis, n] = vel
-        xv[axis, n] = xv[axis, n] + vel * 0.5
 
 
 def _args(n: int = 5) -> tuple[np.ndarray, np.ndarray]:
