@@ -8,7 +8,7 @@ import importlib
 from typing import Any
 
 from pad import checkpoint, tasks
-from pad.annotations import Active, Const, Dup
+from pad.annotations import Active, Const, Dup, DupNoNeed
 from pad.kernel import KernelSyntaxError, debug, func, kernel, local_array, show
 from pad.parallel import launch, launch_stats
 from pad.parallel.ahead import precompile
@@ -21,6 +21,7 @@ __all__ = [
     "Active",
     "Const",
     "Dup",
+    "DupNoNeed",
     "KernelSyntaxError",
     "autodiff",
     "axpy",

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Active", "Const", "Dup"]
+__all__ = ["Active", "Const", "Dup", "DupNoNeed"]
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,14 @@ class Dup:
 
     value: Any
     shadow: Any
+
+
+@dataclass(frozen=True)
+class DupNoNeed(Dup):
+    """A ``Dup`` array whose values when ``f`` returns are not needed (Enzyme's ``DuplicatedNoNeed``): the
+    shadow is as a ``Dup``'s, the array's contents afterwards are unspecified. With ``autodiff(...,
+    fuse=True)``, a last launch that writes only such arrays runs only its adjoint, which need not make
+    them."""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from pad import arrays, replay
-from pad.annotations import Active, Const, Dup
+from pad.annotations import Active, Const, Dup, DupNoNeed
 from pad.kernel import checks
 
 __all__ = [
@@ -198,9 +198,11 @@ class Context:
         self._dying: list[tuple[int, Any]] = []  # arrays that died while another thread held the lock
         self.guard: Callable[[Record, list[Any]], Record] | None = None
         # autodiff(fuse=True): the last launch's primal run waits here; any later pad operation runs it
-        # first (``current()``), and if none comes, the launch's fused adjoint makes its outputs.
+        # first (``current()``), and if none comes, the launch's fused adjoint makes its outputs (its plain
+        # one, where they all are in ``unneeded``: the ids of the arrays given as DupNoNeed).
         self.fuse = False
         self.pending: Any = None
+        self.unneeded: set[int] = set()
         # Checks an operation leaves for the end of the reverse pass, so that it need not wait for a device
         # in the middle of it (a GPU adjoint's tape overflow flag).
         self.after_reverse: list[Callable[[], None]] = []
@@ -839,6 +841,8 @@ def _prepare(ctx: Context, args: tuple, reverse_mode: bool, f: Callable[..., Any
         what = f"argument {pos}"
         if isinstance(arg, Dup):
             if hasattr(arg.value, "shape"):
+                if isinstance(arg, DupNoNeed):
+                    ctx.unneeded.add(id(arg.value))
                 ctx.bind(arg.value, arg.shadow)
                 ctx.protect(arg.value, arg.shadow, named[pos])
                 values.append(arg.value)

@@ -24,15 +24,13 @@ __all__ = ["TOLERANCE", "WRT", "Docking", "verify"]
 
 WRT = ("protein", "poses", "forcefield")
 TOLERANCE = 2.5e-4  # the reference's validity threshold: 0.025 %
-TAPE_BYTES = 14 * 8 * 16
-"""Adjoint tape bytes per work item on a GPU: 14 float64 values a lane (the fused ``fasten_x4`` adjoint's,
-counted on numba's simulator), at most 16 lanes a work item."""
 
 
-def device_bytes(deck: Deck, nlocal: int, ppwi: int, wrt: str | None) -> int:
+def device_bytes(deck: Deck, nlocal: int, wrt: str | None) -> int:
     """Device memory one rank's ``Docking`` of ``nlocal`` poses allocates (estimated from the sizes): the deck
     (protein atoms with their pair coefficients, ligand, forcefield), its poses and energies, and, for a
-    gradient with respect to ``wrt``, the gradient, the energies' seed and the adjoint's tape."""
+    gradient with respect to ``wrt``, the gradient and the energies' seed (the energies are a ``DupNoNeed``
+    output of the last launch, whose adjoint alone runs and keeps no tape)."""
     f4 = 4  # float32 and int32
     total = f4 * (deck.natpro * (4 + NCOEF * deck.ntypes) + 4 * deck.natlig + 4 * deck.ntypes + 7 * nlocal)
     if wrt is None:
@@ -42,7 +40,7 @@ def device_bytes(deck: Deck, nlocal: int, ppwi: int, wrt: str | None) -> int:
         "poses": 6 * nlocal,
         "forcefield": 3 * deck.ntypes + NCOEF * deck.ntypes * deck.natpro,
     }[wrt]
-    return total + f4 * (shadow + nlocal) + -(-nlocal // ppwi) * TAPE_BYTES
+    return total + f4 * (shadow + nlocal)
 
 
 def _share(n: int, rank: int, size: int) -> tuple[int, int]:
@@ -71,7 +69,7 @@ class Docking:
             raise InputError(f"mpiexec -n {self.size}: more MPI ranks than poses ({deck.nposes})")
         self.lo, self.hi = _share(deck.nposes, self.rank, self.size)
         need = DeviceNeed(
-            device_bytes(deck, self.hi - self.lo, ppwi, wrt),
+            device_bytes(deck, self.hi - self.lo, wrt),
             f"miniBUDE {self.hi - self.lo} poses" + (f", gradient wrt {wrt}" if wrt else ""),
         )
         self.memory = Memory(device, comm, simulator=False, needs=need)  # CuPy arrays; GPUs round-robin
@@ -153,7 +151,7 @@ class Docking:
         differentiated function reaches any other way would count as active and cost adjoint work."""
         pad.fill(grad, 0.0)
         pad.fill(seed, 1.0)  # the adjoint consumes its seeds
-        energies_seed = pad.Dup(energies, seed)
+        energies_seed = pad.DupNoNeed(energies, seed)  # ``score`` makes the energies; the gradient need not
 
         def active(name: str, value: Any) -> Any:
             return pad.Dup(value, grad) if name == wrt else pad.Const(value)

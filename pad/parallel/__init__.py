@@ -125,6 +125,7 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
     if ctx is None:
         _run(k.variant(args, "primal", target=target), n, args)
         return
+    given = args
     if ctx.protected:  # arrays under differentiation, read-only to the program: kernels get writable aliases
         args = tuple(map(ctx.writable, args))
     checked = checks.enabled()
@@ -152,18 +153,25 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
         ctx.left_zero([shadows[p] for p in variant.left_zero(n, plain)], made)
     if variant.inspector is not None:  # inspects the index arrays before the primal reads them
         plans.prepare(variant, n, plain)
-    fused = None
-    if ctx.fuse and ctx.at_top_level():
-        fused = k.variant(plain, "fused", active, target, signature)
-        if not fused.fuses or (fused.race and n > 1):  # a race is refused by the primal launch
-            fused = None
+    # fuse=True: the last launch's primal waits (ctx.pending) and, where no later pad operation runs it, its
+    # adjoint runs alone: the fused one, making the outputs, or the plain one where no output is needed
+    deferred = None
+    if ctx.fuse and ctx.at_top_level() and not (variant.race and n > 1):  # a race: the primal refuses it
+        if all(id(given[p]) in ctx.unneeded for p in variant.stored):  # pad.DupNoNeed
+            deferred = variant
+        else:
+            fused = k.variant(plain, "fused", active, target, signature)
+            deferred = fused if fused.fuses else None
     # the values the adjoint reads or writes (a fused one reads what the primal does, to make the outputs)
-    kept = {p: ctx.keep(args[p]) for p in (variant.kept if fused is None else variant.loaded)}
+    kept = {
+        p: ctx.keep(args[p])
+        for p in (variant.loaded if deferred is not None and deferred.fuses else variant.kept)
+    }
     ctx.will_write((args[p] for p in variant.stored), LaunchAccess(variant, n, args))
     primal = k.variant(plain, "primal", target=target, signature=signature)
     slots = [args[p].slot for p in variant.active_scalars]
-    if fused is not None:
-        record = LaunchRecord(ctx, fused, n, plain, kept, shadows, slots)
+    if deferred is not None:
+        record = LaunchRecord(ctx, deferred, n, plain, kept, shadows, slots)
         record.deferred = (primal, variant)
         ctx.record(record)
         ctx.pending = record
@@ -208,7 +216,7 @@ class LaunchRecord:
         self.deferred: tuple[Variant, Variant] | None = None  # (primal, adjoint) while the primal waits
 
     def run_primal(self) -> None:
-        """Run the deferred primal launch; the plain adjoint then replaces the fused one."""
+        """Run the deferred primal launch; the plain adjoint then replaces the fused one (if it was)."""
         assert self.deferred is not None
         primal, self.variant = self.deferred
         self.deferred = None

@@ -56,17 +56,23 @@ def scale(i, e, y):
     y[i] = 2.0 * e[i]
 
 
-def test_last_launch_fuses_and_earlier_ones_run_when_needed(monkeypatch):
-    rng = np.random.default_rng(3)
-    x, q = rng.uniform(size=64), rng.uniform(size=64)
-    fused_runs = []
+def _spy_reverse(monkeypatch) -> list[tuple[str, bool]]:
+    """(kernel, whether its fused adjoint ran) for every launch reversed from now on."""
+    runs = []
     reverse = LaunchRecord.reverse
 
     def spy(self):
-        fused_runs.append((self.variant.kernel, "(fused, cpu)" in self.variant.source))
+        runs.append((self.variant.kernel, "(fused, cpu)" in self.variant.source))
         reverse(self)
 
     monkeypatch.setattr(LaunchRecord, "reverse", spy)
+    return runs
+
+
+def test_last_launch_fuses_and_earlier_ones_run_when_needed(monkeypatch):
+    rng = np.random.default_rng(3)
+    x, q = rng.uniform(size=64), rng.uniform(size=64)
+    fused_runs = _spy_reverse(monkeypatch)
 
     def f(x, q, e, y):
         pad.launch(energy, 64, x, q, e)  # deferred, then run by the next launch, which reads e
@@ -92,6 +98,83 @@ def test_last_launch_fuses_and_earlier_ones_run_when_needed(monkeypatch):
     # First autodiff: energy's primal ran when scale needed e (plain adjoint); scale has no loop to fuse.
     # Second: energy was the last launch, so its fused adjoint made e.
     assert fused_runs == [("scale", False), ("energy", False), ("energy", True)]
+
+
+@pad.kernel
+def energy_and_twice(i, x, q, e, twice):
+    total = 0.0
+    for j in range(x.shape[0]):
+        d = x[i] - x[j]
+        total += q[j] * d * d
+    e[i] = total
+    twice[i] = 2.0 * total
+
+
+def test_outputs_nobody_needs_leave_the_last_launch_to_its_plain_adjoint(monkeypatch):
+    """``DupNoNeed`` outputs of the last launch: neither its primal nor its fused adjoint runs, only the plain
+    adjoint (the output keeps what it held); the gradients are those of a run that made every output."""
+    rng = np.random.default_rng(5)
+    x, q = rng.uniform(size=64), rng.uniform(size=64)
+    seed = rng.uniform(0.5, 1.5, 64)
+
+    def f(x, q, e):
+        pad.launch(energy, 64, x, q, e)
+
+    made = {"dx": np.zeros(64), "dq": np.zeros(64)}
+    pad.autodiff(f, pad.Dup(x, made["dx"]), pad.Dup(q, made["dq"]), pad.Dup(np.zeros(64), seed.copy()))
+    runs = _spy_reverse(monkeypatch)
+    left = {"dx": np.zeros(64), "dq": np.zeros(64)}
+    e, de = np.full(64, 7.0), seed.copy()
+    pad.autodiff(f, pad.Dup(x, left["dx"]), pad.Dup(q, left["dq"]), pad.DupNoNeed(e, de), fuse=True)
+    assert runs == [("energy", False)]
+    np.testing.assert_array_equal(e, 7.0)  # not made: no primal, no fused adjoint
+    np.testing.assert_array_equal(de, 0.0)  # the seed is consumed as a Dup's
+    for name in made:
+        np.testing.assert_allclose(left[name], made[name], rtol=1e-12, atol=0.0)
+        assert np.abs(made[name]).min() > 0.0
+
+
+def test_an_output_still_needed_keeps_the_fused_adjoint_and_a_later_read_the_primal(monkeypatch):
+    """A last launch that also writes a ``Dup`` makes its outputs (fused), the unneeded one too; a launch whose
+    unneeded output a later launch reads runs forward first, as without ``DupNoNeed``."""
+    runs = _spy_reverse(monkeypatch)
+    rng = np.random.default_rng(6)
+    x, q = rng.uniform(size=64), rng.uniform(size=64)
+    expected = ((x[:, None] - x[None, :]) ** 2 * q[None, :]).sum(axis=1)
+    e, twice = np.zeros(64), np.zeros(64)
+    pad.autodiff(
+        lambda x, q, e, twice: pad.launch(energy_and_twice, 64, x, q, e, twice),
+        pad.Dup(x, np.zeros(64)),
+        pad.Const(q),
+        pad.DupNoNeed(e, np.ones(64)),
+        pad.Dup(twice, np.ones(64)),
+        fuse=True,
+    )
+    np.testing.assert_allclose(twice, 2 * expected, rtol=1e-12)
+    np.testing.assert_allclose(e, expected, rtol=1e-12)
+
+    def f(x, q, e, y):
+        pad.launch(energy, 64, x, q, e)
+        pad.launch(scale, 64, e, y)
+
+    e, y = np.zeros(64), np.zeros(64)
+    pad.autodiff(
+        f, pad.Dup(x, np.zeros(64)), pad.Const(q), pad.Dup(e, np.zeros(64)), pad.DupNoNeed(y, np.ones(64)),
+        fuse=True,
+    )  # fmt: skip
+    np.testing.assert_allclose(e, expected, rtol=1e-12)  # a later launch read it: its primal ran
+    assert runs == [("energy_and_twice", True), ("scale", False), ("energy", False)]
+
+
+def test_check_grad_takes_outputs_nobody_needs_as_dup():
+    rng = np.random.default_rng(7)
+    x, q = rng.uniform(size=16), rng.uniform(size=16)
+    pad.check_grad(
+        lambda x, q, e: pad.launch(energy, 16, x, q, e),
+        pad.Dup(x, np.zeros(16)),
+        pad.Dup(q, np.zeros(16)),
+        pad.DupNoNeed(np.zeros(16), np.zeros(16)),
+    )
 
 
 def test_energy_kernel_has_a_fused_variant():
