@@ -170,6 +170,7 @@ def cpu_minibude_alternating() -> list[str]:
     rows = [
         [
             rec["date"],
+            rec["commit"],
             r["deck"],
             r["wrt"],
             str(r["threads"]),
@@ -183,6 +184,7 @@ def cpu_minibude_alternating() -> list[str]:
     ]
     header = [
         "run",
+        "commit",
         "deck",
         "gradient wrt",
         "threads",
