@@ -97,7 +97,18 @@ rule("neg", "(-{0})", "same", lambda out, x: [Lit(-1, True)])
 rule("add", "({0} + {1})", "promote", lambda out, a, b: [Lit(1, True), Lit(1, True)])
 rule("sub", "({0} - {1})", "promote", lambda out, a, b: [Lit(1, True), Lit(-1, True)])
 rule("mul", "({0} * {1})", "promote", lambda out, a, b: [b, a])
-rule("div", "({0} / {1})", "float", lambda out, a, b: [1.0 / b, -out / b])
+
+
+def _quotient(out: Expr, a: Expr, b: Expr) -> list[Expr | None]:
+    """The partials of ``a / b``: ``1 / b`` and ``-out / b``, the latter ``-out * out / a`` where ``a`` is a
+    nonzero literal (``1.0 / x``): the same ``-a / b**2`` with no division left at run time."""
+    if isinstance(a, Lit) and not isinstance(a.value, bool) and a.value != 0:
+        square = -(out * out)
+        return [1.0 / b, square if a.value == 1 else square * Lit(1.0 / float(a.value), True)]
+    return [1.0 / b, -out / b]
+
+
+rule("div", "({0} / {1})", "float", _quotient)
 rule(
     "pow",
     "({0} ** {1})",

@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 from numba import njit
 
+import pad
 from pad.kernel.emit import Printer
-from pad.kernel.ir import Call, Expr, Name
+from pad.kernel.ir import Call, Expr, Lit, Name
 from pad.kernel.rules import BUILTINS, COSTS, MATH, NUMPY, RULES
 from pad.kernel.runtime import digamma
 from scripts.kernel_functions import render
@@ -184,6 +185,34 @@ def test_special_points(op, point, expected):
             continue
         value = next(got)
         assert value == pytest.approx(want, rel=1e-14, nan_ok=True), f"{op}{point}: {source}"
+
+
+@pytest.mark.parametrize("numerator", [1.0, 3.0, 2, -0.25])
+def test_a_literal_numerator_leaves_no_division_in_the_denominator_s_partial(numerator):
+    """``c / b``'s partial in ``b`` is ``-out * out / c``, ``-c / b**2`` with no division at run time; at
+    ``b = 0`` it is infinite, as ``-out / b`` was."""
+    printer = Printer({}, {})
+    partial = RULES["div"].partials(Name("out"), Lit(numerator), Name("b"))[1]
+    assert "/" not in printer.expr(partial, "f8")
+    for b in (0.37, -1.7, 2.9):
+        got = evaluate(partial, {"out": np.float64(numerator / b), "b": np.float64(b)})
+        assert got == pytest.approx(-numerator / b**2, rel=1e-15)
+    at_zero = evaluate(partial, {"out": np.float64(math.copysign(math.inf, numerator)), "b": np.float64(0.0)})
+    assert at_zero == -math.inf * math.copysign(1.0, numerator)
+
+
+@pad.kernel
+def k_literal_over(i, x, y):
+    y[i] = 1.0 / x[i] + 3.0 / (x[i] * x[i]) + 0.0 / x[i]
+
+
+def test_a_literal_numerator_differentiates_compiled():
+    x = np.linspace(0.5, 2.0, 9)
+    pad.check_grad(
+        lambda x, y: pad.launch(k_literal_over, 9, x, y),
+        pad.Dup(x, np.zeros(9)),
+        pad.Dup(np.zeros(9), np.zeros(9)),
+    )
 
 
 def test_every_function_is_in_the_corpus():
