@@ -100,12 +100,15 @@ rule("mul", "({0} * {1})", "promote", lambda out, a, b: [b, a])
 
 
 def _quotient(out: Expr, a: Expr, b: Expr) -> list[Expr | None]:
-    """The partials of ``a / b``: ``1 / b`` and ``-out / b``, the latter ``-out * out / a`` where ``a`` is a
-    nonzero literal (``1.0 / x``): the same ``-a / b**2`` with no division left at run time."""
+    """The partials of ``a / b``: ``1 / b`` and ``-out / b``, written with the one reciprocal ``1 / b`` that
+    other partials with the divisor ``b`` share (compilers merge equal divisions; a GPU's exact division
+    is a long sequence). The second is ``-out * out / a`` where ``a`` is a nonzero literal (``1.0 / x``): the
+    same ``-a / b**2`` with no division left at run time."""
+    inverse = 1.0 / b
     if isinstance(a, Lit) and not isinstance(a.value, bool) and a.value != 0:
         square = -(out * out)
-        return [1.0 / b, square if a.value == 1 else square * Lit(1.0 / float(a.value), True)]
-    return [1.0 / b, -out / b]
+        return [inverse, square if a.value == 1 else square * Lit(1.0 / float(a.value), True)]
+    return [inverse, -out * inverse]
 
 
 rule("div", "({0} / {1})", "float", _quotient)
@@ -132,7 +135,9 @@ rule("select", "({1} if {0} else {2})", "promote")
 rule("indicator", "np.float64({0})", "float")
 
 # Elementary functions.
-rule("sqrt", "math.sqrt({0})", "float", lambda out, x: [0.5 / out])
+rule(
+    "sqrt", "math.sqrt({0})", "float", lambda out, x: [0.5 * (1.0 / out)]
+)  # the reciprocal a quotient shares
 rule("cbrt", "np.cbrt({0})", "float", lambda out, x: [1.0 / (3.0 * out * out)], cuda="cuda.cbrt({0})")
 rule("square", "({0} * {0})", "same", lambda out, x: [2.0 * x])
 rule("reciprocal", "np.reciprocal({0})", "same", lambda out, x: [-(out * out)], cuda="(1.0 / {0})")
