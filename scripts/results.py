@@ -345,6 +345,7 @@ def cpu_lulesh_per_cycle() -> list[str]:
     rows = [
         [
             rec["date"],
+            rec["commit"],
             f"-s {p['size']}",
             str(p["threads"]),
             _ms(p["primal_cycle_s"]),
@@ -355,7 +356,16 @@ def cpu_lulesh_per_cycle() -> list[str]:
         for rec in recs
         for p in rec["result"]["per_cycle"]
     ]
-    header = ["run", "case", "threads", "primal cycle", "gradient cycle", "gradient / primal", "medians"]
+    header = [
+        "run",
+        "commit",
+        "case",
+        "threads",
+        "primal cycle",
+        "gradient cycle",
+        "gradient / primal",
+        "medians",
+    ]
     return [*_table(header, rows), *_caption(*recs)]
 
 
