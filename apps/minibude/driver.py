@@ -26,11 +26,16 @@ WRT = ("protein", "poses", "forcefield")
 TOLERANCE = 2.5e-4  # the reference's validity threshold: 0.025 %
 
 
-def device_bytes(deck: Deck, nlocal: int, wrt: str | None) -> int:
+TAPE_BYTES = 14 * 8 * 16
+"""Adjoint tape bytes per work item on a GPU for the poses' gradient: 14 float64 values a lane (the fused
+``fasten_x4`` adjoint's, counted on numba's simulator), at most 16 lanes a work item. The other gradients'
+plain adjoints keep no tape."""
+
+
+def device_bytes(deck: Deck, nlocal: int, ppwi: int, wrt: str | None) -> int:
     """Device memory one rank's ``Docking`` of ``nlocal`` poses allocates (estimated from the sizes): the deck
     (protein atoms with their pair coefficients, ligand, forcefield), its poses and energies, and, for a
-    gradient with respect to ``wrt``, the gradient and the energies' seed (the energies are a ``DupNoNeed``
-    output of the last launch, whose adjoint alone runs and keeps no tape)."""
+    gradient with respect to ``wrt``, the gradient, the energies' seed and the adjoint's tape."""
     f4 = 4  # float32 and int32
     total = f4 * (deck.natpro * (4 + NCOEF * deck.ntypes) + 4 * deck.natlig + 4 * deck.ntypes + 7 * nlocal)
     if wrt is None:
@@ -40,7 +45,8 @@ def device_bytes(deck: Deck, nlocal: int, wrt: str | None) -> int:
         "poses": 6 * nlocal,
         "forcefield": 3 * deck.ntypes + NCOEF * deck.ntypes * deck.natpro,
     }[wrt]
-    return total + f4 * (shadow + nlocal)
+    tape = -(-nlocal // ppwi) * TAPE_BYTES if wrt == "poses" else 0
+    return total + f4 * (shadow + nlocal) + tape
 
 
 def _share(n: int, rank: int, size: int) -> tuple[int, int]:
@@ -69,7 +75,7 @@ class Docking:
             raise InputError(f"mpiexec -n {self.size}: more MPI ranks than poses ({deck.nposes})")
         self.lo, self.hi = _share(deck.nposes, self.rank, self.size)
         need = DeviceNeed(
-            device_bytes(deck, self.hi - self.lo, wrt),
+            device_bytes(deck, self.hi - self.lo, ppwi, wrt),
             f"miniBUDE {self.hi - self.lo} poses" + (f", gradient wrt {wrt}" if wrt else ""),
         )
         self.memory = Memory(device, comm, simulator=False, needs=need)  # CuPy arrays; GPUs round-robin
@@ -148,10 +154,16 @@ class Docking:
     ) -> None:  # fmt: skip
         """``gradient``'s step: the shadows set, then ``autodiff`` of the energies with respect to ``wrt``.
         Every float array is passed to ``pad.autodiff`` (as ``Const`` unless differentiated): an array a
-        differentiated function reaches any other way would count as active and cost adjoint work."""
+        differentiated function reaches any other way would count as active and cost adjoint work.
+
+        The energies, which ``score`` makes, are a ``DupNoNeed``: the fasten launch's adjoint runs alone, not
+        making them. Not for the poses' gradient, whose fused adjoint gives each pose the same value wherever
+        it falls among the four poses of a pass, so that any rank count gives the serial values (L-BFGS's
+        line search would take other steps): the plain adjoint's fast-math code rounds a pose's sums by
+        its slot (up to 1e-7 relative)."""
         pad.fill(grad, 0.0)
         pad.fill(seed, 1.0)  # the adjoint consumes its seeds
-        energies_seed = pad.DupNoNeed(energies, seed)  # ``score`` makes the energies; the gradient need not
+        energies_seed = (pad.Dup if wrt == "poses" else pad.DupNoNeed)(energies, seed)
 
         def active(name: str, value: Any) -> Any:
             return pad.Dup(value, grad) if name == wrt else pad.Const(value)

@@ -31,10 +31,10 @@ Two launches make one evaluation:
    over the four poses before it is stored.
 
 Gradients come from ``pad.autodiff`` over the launches: with respect to protein coordinates and poses through
-the fasten kernels, with respect to the forcefield through :func:`pair_coefficients` as well. The driver gives
-the energies as ``pad.DupNoNeed`` and fuses the last launch (``autodiff(..., fuse=True)``): the fasten launch's
-adjoint runs alone, computing each pair's distance and its reciprocal, three compares and the slope times the
-direction, not the energies (``score`` makes them).
+the fasten kernels, with respect to the forcefield through :func:`pair_coefficients` as well. The driver fuses
+the last launch (``autodiff(..., fuse=True)``): one launch computes each pair's distance and its reciprocal,
+three compares and the slope times the direction, and, for the poses' gradient, the energies too (for the
+others the energies are a ``pad.DupNoNeed``: ``score`` makes them; see ``Docking._differentiate``).
 """
 
 from __future__ import annotations

@@ -97,8 +97,9 @@ def test_lulesh_needs_grow_with_the_mesh_and_the_mode():
     assert device_bytes(120, "grad") > 7.5 * device_bytes(60, "grad")
 
 
-def test_minibude_needs_count_poses_protein_atoms_and_the_shadows():
+def test_minibude_needs_count_poses_protein_atoms_and_the_tape():
     deck = synthetic_deck(nposes=64)
-    primal = docking_bytes(deck, 64, None)
+    primal = docking_bytes(deck, 64, 4, None)
     assert primal == 4 * (deck.natpro * (4 + 6 * deck.ntypes) + 4 * deck.natlig + 4 * deck.ntypes + 7 * 64)
-    assert docking_bytes(deck, 64, "poses") == primal + 4 * (6 * 64 + 64)
+    assert docking_bytes(deck, 64, 4, "poses") == primal + 4 * (6 * 64 + 64) + 16 * 14 * 8 * 16
+    assert docking_bytes(deck, 64, 4, "protein") == primal + 4 * (3 * deck.natpro + 64)

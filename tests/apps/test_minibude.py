@@ -100,6 +100,18 @@ def test_one_and_four_poses_per_pass_agree(ppwi):
     np.testing.assert_allclose(four, one, rtol=1e-6, atol=1e-4)
 
 
+def test_a_pose_s_gradient_is_the_same_wherever_it_falls_in_a_pass():
+    """The poses' gradient, to the bit, for poses shifted by one to three slots among the four of a pass (as
+    another rank count would place them): what lets any rank count reach the serial L-BFGS poses."""
+    deck = small_deck(nposes=23)
+    rng = np.random.default_rng(1)
+    poses = (deck.poses + rng.normal(0.0, 0.05, deck.poses.shape)).astype(np.float32)
+    whole = Docking(dataclasses.replace(deck, poses=poses), ppwi=4).gradient("poses")
+    for shift in (1, 2, 3):
+        tail = dataclasses.replace(deck, poses=np.ascontiguousarray(poses[:, shift:]))
+        np.testing.assert_array_equal(Docking(tail, ppwi=4).gradient("poses"), whole[:, shift:])
+
+
 def test_bm1_first_1024_poses_match_reference():
     deck = real_deck("bm1").first(1024)
     valid, worst = verify(Docking(deck, ppwi=32).score(), deck.ref_energies)
