@@ -148,7 +148,18 @@ class Hydro:
         put = memory.put
         self.nodelist = put(mesh.nodelist)
         self.corner_start = put(mesh.corner_start)
-        self.corner_list = put(mesh.corner_list)
+        # Corner forces are indexed [axis, corner, element] in the kernels. A GPU stores them corner-major
+        # (neighbouring threads read neighbouring words), CPUs each element's corners together, as the C++
+        # original does (a thread streams three cache lines an element, not 24 lines of 24 arrays):
+        # ``corner_list`` numbers the corners in the layout stored, ``corner_stride`` apart from one element
+        # to the next.
+        self.corner_stride = 1 if memory.device == "gpu" else 8
+        corners = (
+            mesh.corner_list
+            if self.corner_stride == 1
+            else (mesh.corner_list % nelem) * 8 + mesh.corner_list // nelem
+        )
+        self.corner_list = put(corners.astype(mesh.corner_list.dtype))
         self.neighbours = put(mesh.neighbours)
         self.symmetry = put(mesh.symmetry)
         self.rep = put(mesh.rep)
@@ -159,9 +170,8 @@ class Hydro:
         # A costly region's earlier EOS evaluations: CPUs store them as the C++ original does, GPUs keep them
         # in registers as the port does (``k_eos``).
         self.rep_stores = memory.device == "cpu"
-        self.fs = put(np.zeros((3, 8, nelem)))
-        self.fh = put(np.zeros((3, 8, 0 if self.combined else nelem)))
-        self.fs_corners, self.fh_corners = self.fs.reshape(3, -1), self.fh.reshape(3, -1)
+        self.fs, self.fs_corners = self._corner_forces(nelem)
+        self.fh, self.fh_corners = self._corner_forces(0 if self.combined else nelem)
         self.determ = put(np.zeros(nelem))
         self.force = put(np.zeros((3, nnode)))
         self.vnew = put(np.zeros(nelem))
@@ -221,12 +231,29 @@ class Hydro:
             params=put(np.array([values[name] for name in PARAMETERS])),
         )
 
+    def _corner_forces(self, nelem: int) -> tuple[Any, Any]:
+        """A zero ``(3, 8, nelem)`` array of corner forces in this device's layout, and its ``(3, 8 * nelem)``
+        view by corner number (``corner_list``)."""
+        if self.corner_stride == 1:
+            forces = self.memory.put(np.zeros((3, 8, nelem)))
+            return forces, forces.reshape(3, -1)
+        by_element = self.memory.put(np.zeros((3, nelem, 8)))
+        return by_element.transpose(0, 2, 1), by_element.reshape(3, -1)
+
     def setup(self, s: State) -> None:
         """Reference volumes and masses from the coordinates, nodal masses summed over ranks, the deposited
         energy and the first time step (the original's Domain constructor and its nodal-mass exchange)."""
         m = self.mesh
         pad.launch(K.k_initial_volume, m.nelem, self.nodelist, s.xv, s.volo, s.elem_mass)
-        pad.launch(K.k_nodal_mass, m.nnode, self.corner_start, self.corner_list, s.volo, s.nodal_mass)
+        pad.launch(
+            K.k_nodal_mass,
+            m.nnode,
+            self.corner_start,
+            self.corner_list,
+            self.corner_stride,
+            s.volo,
+            s.nodal_mass,
+        )
         self.node_halo.exchange(s.nodal_mass.reshape(self.side), "sum")
         pad.launch(K.k_deposit_energy, 1, m.at_origin, s.params, s.volo, s.e, s.clock)
 

@@ -324,11 +324,12 @@ def k_initial_volume(i, nodelist, xv, volo, elem_mass):
 
 
 @pad.kernel
-def k_nodal_mass(n, corner_start, corner_list, volo, nodal_mass):
-    """Each node's mass: an eighth of each element around it, summed in element order."""
+def k_nodal_mass(n, corner_start, corner_list, stride, volo, nodal_mass):
+    """Each node's mass: an eighth of each element around it, summed in element order (corner numbers
+    ``stride`` apart from one element to the next: 1 corner-major, 8 element-major)."""
     mass = 0.0
     for c in range(corner_start[n], corner_start[n + 1]):
-        mass += volo[corner_list[c] % volo.shape[0]] / 8.0
+        mass += volo[corner_list[c] // stride % volo.shape[0]] / 8.0
     nodal_mass[n] = mass
 
 
@@ -514,7 +515,8 @@ def k_gather_forces(n, corner_start, corner_list, fs, fh, combined, f):
     """Each node's force: its corners' stress forces, plus their hourglass forces (in element order), or
     with ``combined`` the sums of both that ``k_element_forces`` left in ``fs``.
 
-    ``fs`` and ``fh`` are the corner forces flattened to ``(3, 8 * nelem)``: corner ``k * nelem + e``."""
+    ``fs`` and ``fh`` are the corner forces flattened to ``(3, 8 * nelem)`` by corner number: ``k * nelem + e``
+    corner-major (GPUs), ``e * 8 + k`` element-major (CPUs; ``Hydro.corner_stride``)."""
     sx = 0.0
     sy = 0.0
     sz = 0.0

@@ -114,7 +114,7 @@ class Mesh:
     corner_start: (
         np.ndarray
     )  # (nnode + 1,) node n's corners are corner_list[corner_start[n]:corner_start[n+1]]
-    corner_list: np.ndarray  # corners local corner * nelem + element, by node, then by element
+    corner_list: np.ndarray  # corners local corner * nelem + element, by node, then by element (see Hydro)
     neighbours: np.ndarray  # (6, nelem) xi-, xi+, eta-, eta+, zeta-, zeta+ pointers into a delv array
     symmetry: np.ndarray  # (3, nnode) 1 where the node is on the x, y or z = 0 symmetry plane
     region: np.ndarray  # (nelem,) region number, 1-based
