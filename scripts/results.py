@@ -78,7 +78,12 @@ def record(path: Path, machine: str, command: list[str]) -> None:
 
 # ---------------------------------------------------------------------------------------------- tables
 def _load(pattern: str) -> list[Record]:
-    return [json.loads(p.read_text()) for p in sorted(RECORDS.glob(pattern))]
+    """The records matching ``pattern``, in their names' order, numbers as numbers (``-2`` before ``-10``)."""
+    paths = sorted(
+        RECORDS.glob(pattern),
+        key=lambda p: [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", p.name)],
+    )
+    return [json.loads(p.read_text()) for p in paths]
 
 
 def _one(pattern: str) -> Record:
