@@ -1053,12 +1053,7 @@ def _unobserved_stores(body: list[Stmt]) -> set[int]:
     loop over axes, ``xv[3 + axis, n] = ...``, whose later iterations load other rows)."""
     order = list(_in_order(body, False))
     known = _known_integers(body)
-    loads = [
-        (k, x, known.get(id(s), {}))
-        for k, (s, _) in enumerate(order)
-        for e in exprs_of(s)
-        for x in elems_in(e)
-    ]
+    loads = [(k, x, known[id(s)]) for k, (s, _) in enumerate(order) for e in exprs_of(s) for x in elems_in(e)]
     return {
         id(s)
         for k, (s, inside) in enumerate(order)

@@ -135,9 +135,8 @@ rule("select", "({1} if {0} else {2})", "promote")
 rule("indicator", "np.float64({0})", "float")
 
 # Elementary functions.
-rule(
-    "sqrt", "math.sqrt({0})", "float", lambda out, x: [0.5 * (1.0 / out)]
-)  # the reciprocal a quotient shares
+# The square root's partial names the reciprocal ``1 / out`` that a quotient by it shares (``_quotient``).
+rule("sqrt", "math.sqrt({0})", "float", lambda out, x: [0.5 * (1.0 / out)])
 rule("cbrt", "np.cbrt({0})", "float", lambda out, x: [1.0 / (3.0 * out * out)], cuda="cuda.cbrt({0})")
 rule("square", "({0} * {0})", "same", lambda out, x: [2.0 * x])
 rule("reciprocal", "np.reciprocal({0})", "same", lambda out, x: [-(out * out)], cuda="(1.0 / {0})")
