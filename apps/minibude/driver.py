@@ -24,8 +24,6 @@ __all__ = ["TOLERANCE", "WRT", "Docking", "verify"]
 
 WRT = ("protein", "poses", "forcefield")
 TOLERANCE = 2.5e-4  # the reference's validity threshold: 0.025 %
-
-
 TAPE_BYTES = 14 * 8 * 16
 """Adjoint tape bytes per work item on a GPU for the poses' gradient: 14 float64 values a lane (the fused
 ``fasten_x4`` adjoint's, counted on numba's simulator), at most 16 lanes a work item. The other gradients'
