@@ -7,6 +7,7 @@ Source in, generated source out: this package parses a kernel, lowers it to a sm
 from __future__ import annotations
 
 import functools
+import inspect
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -95,15 +96,32 @@ def _signature(a: Any) -> Any:
 
 
 class Func:
-    """A helper that kernels call; it is inlined and differentiated through. Called from Python, it runs."""
+    """A helper that kernels call; it is inlined and differentiated through. Called from Python, it runs.
+
+    ``cuda``: the body CUDA kernels inline instead, with the same parameters and results. For one value
+    computed two ways where the targets' compilers favour different ones (a GPU thread's registers against
+    a CPU core's caches); the two should compute the same values."""
 
     _pad_func = True
 
-    def __init__(self, fn: Callable[..., Any]) -> None:
+    def __init__(self, fn: Callable[..., Any], cuda: Callable[..., Any] | None = None) -> None:
         self.py_func = fn
         self.__name__ = fn.__name__
         Source.of(fn)
         functools.update_wrapper(self, fn)
+        self.cuda: Func | None = None
+        if cuda is not None:
+            body = getattr(cuda, "py_func", cuda)
+            if list(inspect.signature(body).parameters) != list(inspect.signature(fn).parameters):
+                raise TypeError(
+                    f"helper {fn.__name__}{inspect.signature(fn)}: its CUDA body {body.__name__}"
+                    f"{inspect.signature(body)} must take the same parameters"
+                )
+            self.cuda = Func(body)
+
+    def on(self, target: str) -> Func:
+        """The helper whose body kernels for ``target`` inline."""
+        return self.cuda if target == "cuda" and self.cuda is not None else self
 
     def __call__(self, *args: Any) -> Any:
         return self.py_func(*args)
@@ -116,9 +134,12 @@ def kernel(fn: Callable[..., Any] | None = None, *, fastmath: bool = False) -> A
     return Kernel(fn, fastmath=fastmath)
 
 
-def func(fn: Callable[..., Any]) -> Func:
-    """Mark a helper callable from kernels and other helpers."""
-    return Func(fn)
+def func(fn: Callable[..., Any] | None = None, *, cuda: Callable[..., Any] | None = None) -> Any:
+    """Mark a helper callable from kernels and other helpers. ``@pad.func`` or ``@pad.func(cuda=other)``:
+    CUDA kernels inline ``other``'s body instead (see :class:`Func`)."""
+    if fn is None:
+        return lambda f: Func(f, cuda=cuda)
+    return Func(fn, cuda=cuda)
 
 
 def local_array(shape: int | tuple[int, ...], dtype: Any = np.float64) -> np.ndarray:

@@ -305,7 +305,7 @@ def analyse(
     For CPU threads, values a block computes again are computed once first (``common_subexpressions``), so
     that the adjoint passes their adjoints on once. Not for CUDA, where the longer-lived values made LULESH's
     element forces adjoint spill more registers (docs/benchmarks.md, "Values computed once")."""
-    low = lower_kernel(fn, kinds, tables)
+    low = lower_kernel(fn, kinds, tables, target)
     launch_index, params = low.params[0], low.params[1:]
     low.body, types = infer_types(low.body, low.kinds)
     check_types(low.body, types, low.kinds)

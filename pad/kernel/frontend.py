@@ -218,10 +218,13 @@ class Scope:
 class Lowering:
     """Lowers one kernel (with its helpers inlined) to IR statements."""
 
-    def __init__(self, namer: Namer, kinds: dict[str, Kind], tables: Tables, depth: int = 0) -> None:
+    def __init__(
+        self, namer: Namer, kinds: dict[str, Kind], tables: Tables, target: str, depth: int = 0
+    ) -> None:
         self.namer = namer
         self.kinds = kinds  # IR name -> kind, for arrays, tuples and typed scalars the lowering introduces
         self.tables = tables
+        self.target = target  # "cpu" or "cuda": which body of a helper with a CUDA body of its own to inline
         self.depth = depth
 
     # -- scopes ----------------------------------------------------------------------------------------
@@ -508,9 +511,9 @@ class Lowering:
                 raise src.error(
                     node, f"{shown}(*{ast.unparse(a.value)}) unpacks arguments", "pass them one by one"
                 )
-        fn_name, target = self.callee(scope, node)
-        if _is_helper(target):
-            return self.inline(scope, target, node, out)
+        fn_name, called = self.callee(scope, node)
+        if _is_helper(called):
+            return self.inline(scope, called.on(self.target), node, out)
         if fn_name is None:
             raise src.error(
                 node,
@@ -530,7 +533,7 @@ class Lowering:
             array = self.array_arg(scope, node.args[0])
             return [self.emit(out, Call("shape", (Name(array), Lit(0))), line)]
         args = [self.expr(scope, arg, out) for arg in node.args]
-        nary = target in (min, max)
+        nary = called in (min, max)
         rule = RULES[fn_name]
         if len(node.args) != rule.arity and not (nary and len(node.args) >= 2):
             expected = f"{'at least ' if nary else ''}{rule.arity} argument{'s' * (rule.arity != 1)}"
@@ -614,7 +617,7 @@ class Lowering:
                 value = self.expr(scope, a, out)
                 out.append(Assign(self.var(inner, p), Call("copy", (value,)), line=line))
         body: list[Stmt] = []
-        sub = Lowering(self.namer, self.kinds, self.tables, self.depth + 1)
+        sub = Lowering(self.namer, self.kinds, self.tables, self.target, self.depth + 1)
         results = sub.function_body(inner, body)
         out.extend(body)
         return results
@@ -972,9 +975,11 @@ class Lowered:
     tables: dict[str, np.ndarray]  # IR name -> values of the constant tables read
 
 
-def lower_kernel(fn: Callable[..., Any], kinds: list[Kind], tables: Tables | None = None) -> Lowered:
-    """Lower kernel ``fn`` for arguments of ``kinds``; ``tables``: the kernel's constant tables, taken by
-    its variants compiled before."""
+def lower_kernel(
+    fn: Callable[..., Any], kinds: list[Kind], tables: Tables | None = None, target: str = "cpu"
+) -> Lowered:
+    """Lower kernel ``fn`` for arguments of ``kinds`` and ``target``; ``tables``: the kernel's constant
+    tables, taken by its variants compiled before."""
     src = Source.of(fn)
     tree = src.tree
     params = [a.arg for a in tree.args.args]
@@ -987,7 +992,7 @@ def lower_kernel(fn: Callable[..., Any], kinds: list[Kind], tables: Tables | Non
     namer = Namer()
     all_kinds: dict[str, Kind] = {}
     tables = tables if tables is not None else Tables()
-    low = Lowering(namer, all_kinds, tables)
+    low = Lowering(namer, all_kinds, tables, target)
     scope = Scope(src, "")
     low.launch_index = low.var(scope, params[0])
     all_kinds[low.launch_index] = "i"

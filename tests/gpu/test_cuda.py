@@ -673,3 +673,20 @@ def test_a_checked_adjoint_runs_whole():
         checked = k_two_series.variant(args, "adjoint", active, target="cuda")
     assert checked.pieces == [] and checked.sites
     assert len(k_two_series.variant(args, "adjoint", active, target="cuda").pieces) == 2
+
+
+def test_a_helper_s_cuda_body_runs_and_differentiates_on_the_gpu():
+    """``@pad.func(cuda=...)``: the CUDA kernel inlines the other body; values and gradients as the CPU's."""
+    from tests.unit.test_target_bodies import arguments, k_weighted
+
+    x, w, y = arguments()
+    on_device = device(y)
+    pad.launch(k_weighted, 16, device(x), device(w), on_device)
+    pad.launch(k_weighted, 16, x, w, y)
+    np.testing.assert_allclose(arrays.to_host(on_device), y, rtol=1e-14)
+    pad.check_grad(
+        lambda *a: pad.launch(k_weighted, 16, *a),
+        pad.Dup(device(x), device(np.zeros(16))),
+        pad.Dup(device(w), device(np.zeros(3))),
+        pad.Dup(device(np.zeros(16)), device(np.zeros(16))),
+    )
