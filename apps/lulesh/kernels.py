@@ -445,30 +445,8 @@ def k_element_forces(
     hz = pad.local_array(8)
     hgcoef = params[HGCOEF]
     if hgcoef > 0.0:
-        hourgam = pad.local_array((8, 4))
-        volinv = 1.0 / volume
-        for m in range(4):
-            hourmodx = 0.0
-            hourmody = 0.0
-            hourmodz = 0.0
-            for k in range(8):
-                hourmodx += x[k] * GAMMA[m, k]
-                hourmody += y[k] * GAMMA[m, k]
-                hourmodz += z[k] * GAMMA[m, k]
-            for k in range(8):
-                hourgam[k, m] = GAMMA[m, k] - volinv * (
-                    dvdx[k] * hourmodx + dvdy[k] * hourmody + dvdz[k] * hourmodz
-                )
-        coefficient = -hgcoef * 0.01 * ss[i] * elem_mass[i] / math.cbrt(volume)
-        xd = pad.local_array(8)
-        yd = pad.local_array(8)
-        zd = pad.local_array(8)
-        gather(nodelist, i, xv, 3, xd)
-        gather(nodelist, i, xv, 4, yd)
-        gather(nodelist, i, xv, 5, zd)
-        hourglass_force(hourgam, coefficient, xd, hx)
-        hourglass_force(hourgam, coefficient, yd, hy)
-        hourglass_force(hourgam, coefficient, zd, hz)
+        scale = -hgcoef * 0.01 * ss[i] * elem_mass[i]
+        hourglass_forces(nodelist, i, xv, x, y, z, dvdx, dvdy, dvdz, volume, scale, hx, hy, hz)
     else:
         for k in range(8):
             hx[k] = 0.0
@@ -508,6 +486,109 @@ def hourglass_force(hourgam, coefficient, vel, force):
         force[k] = coefficient * (
             hourgam[k, 0] * h0 + hourgam[k, 1] * h1 + hourgam[k, 2] * h2 + hourgam[k, 3] * h3
         )
+
+
+@pad.func
+def hourglass_forces_tabled(nodelist, i, xv, x, y, z, dvdx, dvdy, dvdz, volume, scale, fx, fy, fz):
+    """:func:`hourglass_forces` with the modes' shape vectors computed once into a table (``hourgam``), as
+    the C++ original does: GPUs' adjoints, whose registers a recomputed table's values would fill, use it."""
+    hourgam = pad.local_array((8, 4))
+    volinv = 1.0 / volume
+    for m in range(4):
+        hourmodx = 0.0
+        hourmody = 0.0
+        hourmodz = 0.0
+        for k in range(8):
+            hourmodx += x[k] * GAMMA[m, k]
+            hourmody += y[k] * GAMMA[m, k]
+            hourmodz += z[k] * GAMMA[m, k]
+        for k in range(8):
+            hourgam[k, m] = GAMMA[m, k] - volinv * (
+                dvdx[k] * hourmodx + dvdy[k] * hourmody + dvdz[k] * hourmodz
+            )
+    coefficient = scale / math.cbrt(volume)
+    xd = pad.local_array(8)
+    yd = pad.local_array(8)
+    zd = pad.local_array(8)
+    gather(nodelist, i, xv, 3, xd)
+    gather(nodelist, i, xv, 4, yd)
+    gather(nodelist, i, xv, 5, zd)
+    hourglass_force(hourgam, coefficient, xd, fx)
+    hourglass_force(hourgam, coefficient, yd, fy)
+    hourglass_force(hourgam, coefficient, zd, fz)
+
+
+@pad.func
+def hourglass_mode(k, m, volinv, dvdx, dvdy, dvdz, hmx, hmy, hmz):
+    """Mode ``m``'s shape vector at corner ``k`` (``hourgam[k, m]``), from the modes' coordinate sums."""
+    return GAMMA[m, k] - volinv * (dvdx[k] * hmx[m] + dvdy[k] * hmy[m] + dvdz[k] * hmz[m])
+
+
+@pad.func(cuda=hourglass_forces_tabled)
+def hourglass_forces(nodelist, i, xv, x, y, z, dvdx, dvdy, dvdz, volume, scale, fx, fy, fz):
+    """The Flanagan-Belytschko hourglass force on the element's corners (CalcFBHourglassForceForElems and
+    CalcElemFBHourglassForce), the three components together, each mode's shape vector recomputed where
+    used instead of kept in a table: the same values, and CPU adjoints then add the shape vectors'
+    adjoints straight into the volume derivatives' and the mode sums' (no table of adjoints)."""
+    volinv = 1.0 / volume
+    hmx = pad.local_array(4)
+    hmy = pad.local_array(4)
+    hmz = pad.local_array(4)
+    for m in range(4):
+        sx = 0.0
+        sy = 0.0
+        sz = 0.0
+        for k in range(8):
+            sx += x[k] * GAMMA[m, k]
+            sy += y[k] * GAMMA[m, k]
+            sz += z[k] * GAMMA[m, k]
+        hmx[m] = sx
+        hmy[m] = sy
+        hmz[m] = sz
+    coefficient = scale / math.cbrt(volume)
+    xd = pad.local_array(8)
+    yd = pad.local_array(8)
+    zd = pad.local_array(8)
+    gather(nodelist, i, xv, 3, xd)
+    gather(nodelist, i, xv, 4, yd)
+    gather(nodelist, i, xv, 5, zd)
+    x0 = 0.0
+    x1 = 0.0
+    x2 = 0.0
+    x3 = 0.0
+    y0 = 0.0
+    y1 = 0.0
+    y2 = 0.0
+    y3 = 0.0
+    z0 = 0.0
+    z1 = 0.0
+    z2 = 0.0
+    z3 = 0.0
+    for k in range(8):
+        g0 = hourglass_mode(k, 0, volinv, dvdx, dvdy, dvdz, hmx, hmy, hmz)
+        g1 = hourglass_mode(k, 1, volinv, dvdx, dvdy, dvdz, hmx, hmy, hmz)
+        g2 = hourglass_mode(k, 2, volinv, dvdx, dvdy, dvdz, hmx, hmy, hmz)
+        g3 = hourglass_mode(k, 3, volinv, dvdx, dvdy, dvdz, hmx, hmy, hmz)
+        x0 += g0 * xd[k]
+        x1 += g1 * xd[k]
+        x2 += g2 * xd[k]
+        x3 += g3 * xd[k]
+        y0 += g0 * yd[k]
+        y1 += g1 * yd[k]
+        y2 += g2 * yd[k]
+        y3 += g3 * yd[k]
+        z0 += g0 * zd[k]
+        z1 += g1 * zd[k]
+        z2 += g2 * zd[k]
+        z3 += g3 * zd[k]
+    for k in range(8):
+        g0 = hourglass_mode(k, 0, volinv, dvdx, dvdy, dvdz, hmx, hmy, hmz)
+        g1 = hourglass_mode(k, 1, volinv, dvdx, dvdy, dvdz, hmx, hmy, hmz)
+        g2 = hourglass_mode(k, 2, volinv, dvdx, dvdy, dvdz, hmx, hmy, hmz)
+        g3 = hourglass_mode(k, 3, volinv, dvdx, dvdy, dvdz, hmx, hmy, hmz)
+        fx[k] = coefficient * (g0 * x0 + g1 * x1 + g2 * x2 + g3 * x3)
+        fy[k] = coefficient * (g0 * y0 + g1 * y1 + g2 * y2 + g3 * y3)
+        fz[k] = coefficient * (g0 * z0 + g1 * z1 + g2 * z2 + g3 * z3)
 
 
 @pad.kernel
