@@ -491,7 +491,8 @@ def hourglass_force(hourgam, coefficient, vel, force):
 @pad.func
 def hourglass_forces_tabled(nodelist, i, xv, x, y, z, dvdx, dvdy, dvdz, volume, scale, fx, fy, fz):
     """:func:`hourglass_forces` with the modes' shape vectors computed once into a table (``hourgam``), as
-    the C++ original does: GPUs' adjoints, whose registers a recomputed table's values would fill, use it."""
+    the C++ original does: GPUs' adjoints, whose registers a recomputed table's values would fill, use it
+    (docs/benchmarks.md, "A helper's CUDA body")."""
     hourgam = pad.local_array((8, 4))
     volinv = 1.0 / volume
     for m in range(4):
