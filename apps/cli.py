@@ -13,6 +13,7 @@ import platform
 import shlex
 import subprocess
 import sys
+import time
 import traceback
 import warnings
 from collections.abc import Callable
@@ -21,6 +22,8 @@ from typing import Any, NoReturn
 import numpy as np
 
 EXIT_BAD_INPUT = 2
+ABORT_GRACE = 0.2
+"""Seconds a failing rank waits between writing its error and aborting every rank (``exit_status``)."""
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -140,6 +143,9 @@ def exit_status(main: Callable[[], int]) -> int:
             rank = mpi.COMM_WORLD.Get_rank()
             sys.stderr.write(f"rank {rank}: {type(error).__name__}: {error}\n{traceback.format_exc()}")
             sys.stderr.flush()
+            # The launcher reads the pipe on its own time and stops reading when the abort reaches it: on a
+            # busy machine the whole message was lost. A moment first lets it forward what was written.
+            time.sleep(ABORT_GRACE)
             mpi.COMM_WORLD.Abort(1)
         raise
 
