@@ -168,6 +168,15 @@ def _is_float_array(a: Any) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- contexts
+class Unread:
+    """Whether a watched shadow (``Context.watch_unread``) is still unasked for since its launch."""
+
+    __slots__ = ("unread",)
+
+    def __init__(self) -> None:
+        self.unread = True
+
+
 class Context:
     """State of one ``autodiff`` or ``fwddiff`` call, shared by every operation it runs."""
 
@@ -221,6 +230,11 @@ class Context:
         self._fresh_zeros: list[Any] | None = None
         # memory (``arrays.extent``) found to hold no kept value, valid while ``live_version`` is unchanged
         self._unaliased: tuple[int, set[tuple]] = (0, set())
+        # Shadows this context made zero (no caller's seed in them), weakly: id -> reference
+        self._made: dict[int, Callable[[], Any]] = {}
+        # Such shadows of outputs a launch only stores (``watch_unread``), by their extents, until an
+        # operation asks for one of them (or for a view of it) again
+        self._unread: dict[int, tuple[tuple, Unread]] = {}
 
     # -- shadows -------------------------------------------------------------------------------------
     def bind(self, x: Any, dx: Any) -> None:
@@ -240,6 +254,8 @@ class Context:
         it), the shadows an operation asks for are noted and handed to the guard with its record.
         """
         dx = self._lookup_shadow(x)
+        if dx is not None and self._unread:
+            self._asked(dx)
         if dx is not None and self.guard is not None:
             touched = _touched.get()
             if touched is not None:
@@ -258,6 +274,33 @@ class Context:
             return shadows, made
         finally:
             self._fresh_zeros = None
+
+    def made_zero(self, dx: Any) -> bool:
+        """Whether shadow ``dx`` is one this context made zero, not one the caller gave (with its seed)."""
+        ref = self._made.get(id(dx))
+        return ref is not None and ref() is dx
+
+    def watch_unread(self, shadows: list[Any]) -> list[Unread]:
+        """Watch shadows this context made zero (``made_zero``) of outputs a launch stores and does not
+        read: each stays ``unread`` while no later operation asks for it (or for a view of it), and so holds
+        zero when the launch's adjoint runs (only later operations' adjoints, which run first, add into it),
+        which may then leave that output out."""
+        watched = []
+        with self._lock:
+            for dx in shadows:
+                flag = Unread()
+                self._unread[id(flag)] = (arrays.extent(dx), flag)
+                watched.append(flag)
+        return watched
+
+    def _asked(self, dx: Any) -> None:
+        """An operation asked for shadow ``dx``: the watched shadows it overlaps may be added into now."""
+        span = arrays.extent(dx)
+        with self._lock:
+            for key, (watched, flag) in list(self._unread.items()):
+                if arrays.overlap(span, watched):
+                    flag.unread = False
+                    del self._unread[key]
 
     @staticmethod
     def left_zero(shadows: Iterable[Any], made: list[Any]) -> None:
@@ -310,6 +353,8 @@ class Context:
     def _zero_shadow(self, x: Any) -> Any:
         self.zeroed += 1
         dx = self._owned_like(x, arrays.zeros_like, lambda a: arrays.fill(a, 0))
+        key = id(dx)
+        self._made[key] = weakref.ref(dx, lambda ref: self._made.get(key) is ref and self._made.pop(key))
         replay.done(arrays.zero, dx)
         if self._fresh_zeros is not None:
             self._fresh_zeros.append(dx)

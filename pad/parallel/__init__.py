@@ -177,7 +177,18 @@ def launch(k: Kernel, n: int, *args: Any) -> None:
         ctx.pending = record
         return
     _run(primal, n, plain)
-    ctx.record(LaunchRecord(ctx, variant, n, plain, kept, shadows, slots))
+    record = LaunchRecord(ctx, variant, n, plain, kept, shadows, slots)
+    # Outputs this launch only stores, into shadows the tape made zero: their adjoints may be left out. Only
+    # on the context's own tape, whose records reverse in the order they were made (a checkpointed loop
+    # records its steps again in the reverse pass, after the adjoints of the later steps that read them).
+    outputs = [p for p in sorted(variant.stored - variant.loaded) if ctx.made_zero(shadows[p])]
+    if outputs and ctx.at_top_level():
+        record.unread = (
+            k,
+            active,
+            dict(zip(outputs, ctx.watch_unread([shadows[p] for p in outputs]), strict=True)),
+        )
+    ctx.record(record)
     if checked:
         ctx.settle((args[p] for p in variant.stored), f"pad.launch({k.fn.__name__})")
 
@@ -196,7 +207,7 @@ class LaunchAccess:
 class LaunchRecord:
     """A recorded launch; its adjoint runs the adjoint launcher on kept values and shadows."""
 
-    __slots__ = ("args", "ctx", "deferred", "kept", "n", "shadows", "slots", "variant")
+    __slots__ = ("args", "ctx", "deferred", "kept", "n", "shadows", "slots", "unread", "variant")
     replayable = (
         True  # its device work goes through ``_run`` and the tape, which add it to a pad.graph record
     )
@@ -214,6 +225,8 @@ class LaunchRecord:
         self.ctx, self.variant, self.n, self.args = ctx, variant, n, args
         self.kept, self.shadows, self.slots = kept, shadows, slots
         self.deferred: tuple[Variant, Variant] | None = None  # (primal, adjoint) while the primal waits
+        # (kernel, activity, watched outputs): outputs it only stores, into shadows the tape made zero
+        self.unread: tuple[Kernel, tuple[bool, ...], dict[int, tape.Unread]] | None = None
 
     def run_primal(self) -> None:
         """Run the deferred primal launch; the plain adjoint then replaces the fused one (if it was)."""
@@ -222,7 +235,21 @@ class LaunchRecord:
         self.deferred = None
         _run(primal, self.n, self.args)
 
+    def adjoint(self) -> Variant:
+        """The adjoint to run: without the outputs no later operation asked a shadow of (still zero, so
+        their adjoints would add nothing: LULESH's Jacobian determinants, kept for the fault check)."""
+        if self.unread is None or self.deferred is not None:
+            return self.variant
+        k, active, watched = self.unread
+        unread = {p for p, flag in watched.items() if flag.unread}
+        if not unread:
+            return self.variant
+        less = tuple(a and p not in unread for p, a in enumerate(active))
+        variant = k.variant(self.args, "adjoint", less, self.variant.target)
+        return variant if variant.kept <= self.kept.keys() else self.variant
+
     def reverse(self) -> None:
+        variant = self.adjoint()
         args = list(self.args)
         for p, kept in self.kept.items():
             if kept.changed():  # PAD_DEBUG: a write pad did not see
@@ -233,12 +260,12 @@ class LaunchRecord:
                     "it with pad.copy/scale/axpy/fill or in a kernel, or write a copy"
                 )
             # Arrays the adjoint both reads and writes are replayed on a scratch copy of their old values.
-            args[p] = kept.scratch() if p in self.variant.rewritten else kept.value
-            if p not in self.variant.rewritten:
+            args[p] = kept.scratch() if p in variant.rewritten else kept.value
+            if p not in variant.rewritten:
                 kept.release()
-        extras = [self.shadows[p] for p in self.variant.active_arrays]
+        extras = [self.shadows[p] for p in variant.active_arrays]
         try:
-            partial = _run(self.variant, self.n, tuple(args), extras, self.shadows)
+            partial = _run(variant, self.n, tuple(args), extras, self.shadows)
         except BaseException:
             if self.deferred is not None:  # a fused adjoint failed: the outputs are still made
                 self.run_primal()
