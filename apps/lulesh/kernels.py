@@ -54,6 +54,8 @@ GAMMA = np.array(
     ]
 )
 """The four hourglass base vectors: a constant table, its ones written into the kernels' code."""
+FACES = np.array([[0, 1, 2, 3], [4, 5, 6, 7], [0, 1, 5, 4], [1, 2, 6, 5], [2, 3, 7, 6], [3, 0, 4, 7]])
+"""The hexahedron's six faces by their corners, in the order the C++ original measures them."""
 SIXTH = 1.0 / 6.0
 TWELFTH = 1.0 / 12.0
 
@@ -279,8 +281,9 @@ def area_face(x, y, z, a, b, c, d):
 
 
 @pad.func
-def characteristic_length(x, y, z, volume):
-    """4 volume / sqrt(largest face measure) (CalcElemCharacteristicLength)."""
+def characteristic_length_unrolled(x, y, z, volume):
+    """:func:`characteristic_length` with the faces written out, as the C++ original does: GPUs' adjoints,
+    where one face replayed by its run-time number would put the corners in local memory, use it."""
     length = 0.0
     length = max(area_face(x, y, z, 0, 1, 2, 3), length)
     length = max(area_face(x, y, z, 4, 5, 6, 7), length)
@@ -288,6 +291,16 @@ def characteristic_length(x, y, z, volume):
     length = max(area_face(x, y, z, 1, 2, 6, 5), length)
     length = max(area_face(x, y, z, 2, 3, 7, 6), length)
     length = max(area_face(x, y, z, 3, 0, 4, 7), length)
+    return 4.0 * volume / math.sqrt(length)
+
+
+@pad.func(cuda=characteristic_length_unrolled)
+def characteristic_length(x, y, z, volume):
+    """4 volume / sqrt(largest face measure) (CalcElemCharacteristicLength), a running maximum over the
+    faces: the adjoint replays the largest face's measure alone, not all six."""
+    length = 0.0
+    for f in range(6):
+        length = max(area_face(x, y, z, FACES[f, 0], FACES[f, 1], FACES[f, 2], FACES[f, 3]), length)
     return 4.0 * volume / math.sqrt(length)
 
 
