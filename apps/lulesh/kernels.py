@@ -305,10 +305,15 @@ def characteristic_length(x, y, z, volume):
 
 
 @pad.func
-def gather(nodelist, i, field, row, out):
-    """``out[k] = field[row, nodelist[k, i]]`` for the element's 8 corners."""
+def gather(nodelist, i, field, row, x, y, z):
+    """Rows ``row``, ``row + 1`` and ``row + 2`` of ``field`` (coordinates or velocities) at the element's 8
+    corners into ``x``, ``y`` and ``z``."""
     for k in range(8):
-        out[k] = field[row, nodelist[k, i]]
+        x[k] = field[row, nodelist[k, i]]
+    for k in range(8):
+        y[k] = field[row + 1, nodelist[k, i]]
+    for k in range(8):
+        z[k] = field[row + 2, nodelist[k, i]]
 
 
 @pad.func
@@ -328,9 +333,7 @@ def k_initial_volume(i, nodelist, xv, volo, elem_mass):
     x = pad.local_array(8)
     y = pad.local_array(8)
     z = pad.local_array(8)
-    gather(nodelist, i, xv, 0, x)
-    gather(nodelist, i, xv, 1, y)
-    gather(nodelist, i, xv, 2, z)
+    gather(nodelist, i, xv, 0, x, y, z)
     volume = elem_volume(x, y, z)
     volo[i] = volume
     elem_mass[i] = volume
@@ -433,9 +436,7 @@ def k_element_forces(
     x = pad.local_array(8)
     y = pad.local_array(8)
     z = pad.local_array(8)
-    gather(nodelist, i, xv, 0, x)
-    gather(nodelist, i, xv, 1, y)
-    gather(nodelist, i, xv, 2, z)
+    gather(nodelist, i, xv, 0, x, y, z)
     sig = -p[i] - q[i]
     bx = pad.local_array(8)
     by = pad.local_array(8)
@@ -524,9 +525,7 @@ def hourglass_forces_tabled(nodelist, i, xv, x, y, z, dvdx, dvdy, dvdz, volume, 
     xd = pad.local_array(8)
     yd = pad.local_array(8)
     zd = pad.local_array(8)
-    gather(nodelist, i, xv, 3, xd)
-    gather(nodelist, i, xv, 4, yd)
-    gather(nodelist, i, xv, 5, zd)
+    gather(nodelist, i, xv, 3, xd, yd, zd)
     hourglass_force(hourgam, coefficient, xd, fx)
     hourglass_force(hourgam, coefficient, yd, fy)
     hourglass_force(hourgam, coefficient, zd, fz)
@@ -563,9 +562,7 @@ def hourglass_forces(nodelist, i, xv, x, y, z, dvdx, dvdy, dvdz, volume, scale, 
     xd = pad.local_array(8)
     yd = pad.local_array(8)
     zd = pad.local_array(8)
-    gather(nodelist, i, xv, 3, xd)
-    gather(nodelist, i, xv, 4, yd)
-    gather(nodelist, i, xv, 5, zd)
+    gather(nodelist, i, xv, 3, xd, yd, zd)
     x0 = 0.0
     x1 = 0.0
     x2 = 0.0
@@ -719,17 +716,13 @@ def k_kinematics(
     bx = pad.local_array(8)
     by = pad.local_array(8)
     bz = pad.local_array(8)
-    gather(nodelist, i, xv, 0, x)
-    gather(nodelist, i, xv, 1, y)
-    gather(nodelist, i, xv, 2, z)
+    gather(nodelist, i, xv, 0, x, y, z)
     volume = elem_volume(x, y, z)
     relative = volume / volo[i]
     vnew[i] = relative
     delv[i] = relative - v[i]
     arealg[i] = characteristic_length(x, y, z, volume)
-    gather(nodelist, i, xv, 3, xd)
-    gather(nodelist, i, xv, 4, yd)
-    gather(nodelist, i, xv, 5, zd)
+    gather(nodelist, i, xv, 3, xd, yd, zd)
     monoq_gradients(i, x, y, z, xd, yd, zd, volo[i] * relative, delx, delv_grad)
     dt2 = 0.5 * clock[DT]
     xh = pad.local_array(8)  # the corners half a step back
