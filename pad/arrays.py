@@ -158,6 +158,17 @@ def c_contiguous(a: Any) -> bool:
     return bool(flags["C_CONTIGUOUS"] if isinstance(flags, dict) else flags.c_contiguous)
 
 
+def reaches_all(view: Any, a: Any) -> bool:
+    """Whether ``view`` has every element of the C-contiguous ``a`` once: ``a`` itself, or a view of all of it
+    with its axes in another order (``a.T``; LULESH's corner forces seen as [axis, corner, element])."""
+    if view is a:
+        return True
+    if view.size != a.size or view.dtype != a.dtype or extent(view) != extent(a):
+        return False
+    by_stride = sorted(range(view.ndim), key=lambda d: -abs(view.strides[d]))
+    return c_contiguous(a) and c_contiguous(view.transpose(by_stride))
+
+
 def zeros(like: Any, shape: tuple[int, ...], dtype: Any) -> Any:
     """A zero array in ``like``'s memory (host, CuPy or numba device)."""
     if isinstance(like, np.ndarray):

@@ -305,11 +305,13 @@ class Context:
     @staticmethod
     def left_zero(shadows: Iterable[Any], made: list[Any]) -> None:
         """Note that the adjoint of the launch whose shadows ``launch_shadows`` just gave leaves ``shadows``
-        zero throughout. Those of them it ``made`` zero (no adjoint after that launch's adds to them) are
-        zero again after every reverse pass, so a replay of the step needs no fill of them."""
+        zero throughout. The shadows it ``made`` zero that those are, or are views of all of (no adjoint after
+        that launch's adds to them), are zero again after every reverse pass: a replay of the step needs no
+        fill of them."""
         for dx in shadows:
-            if any(dx is z for z in made):
-                replay.left_as_filled(dx)
+            for z in made:
+                if arrays.reaches_all(dx, z):
+                    replay.left_as_filled(z)
 
     def scratch(self, a: Any) -> None:
         """Mark ``a``, a buffer an operation allocated for itself and reads only before it returns (a

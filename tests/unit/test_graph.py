@@ -245,28 +245,33 @@ def k_mix(i, t, y):
     y[i] = y[i] + t[0, i] * t[1, i]
 
 
-def _overwritten_twice(x: Any, y: Any) -> None:
+def _overwritten_twice(x: Any, y: Any, transposed: bool = False) -> None:
     """``t``, made here, is stored whole, read, stored whole again and read: the seeds its second store's
-    adjoint reads are wrong if a replay starts with what the first one's left in its shadow."""
-    t = np.empty((2, x.shape[0]))
+    adjoint reads are wrong if a replay starts with what the first one's left in its shadow. ``transposed``:
+    ``t`` is a view of all of an array with its axes the other way round (LULESH's corner forces)."""
+    t = np.empty((x.shape[0], 2)).T if transposed else np.empty((2, x.shape[0]))
     pad.launch(k_square_rows, x.shape[0], x, t)
     pad.launch(k_mix, x.shape[0], t, y)
     pad.launch(k_square_rows, x.shape[0], y, t)
     pad.launch(k_mix, x.shape[0], t, y)
 
 
-def test_a_replay_fills_no_shadow_its_adjoint_leaves_zero():
+@pytest.mark.parametrize("transposed", [False, True])
+def test_a_replay_fills_no_shadow_its_adjoint_leaves_zero(transposed: bool):
     x0, y0 = np.linspace(-1.0, 1.0, 6), np.linspace(0.2, 0.7, 6)
     seed = np.linspace(1.0, 2.0, 6)
     x, y, dx, dy = x0.copy(), y0.copy(), np.zeros(6), np.zeros(6)
 
+    def f(x: Any, y: Any) -> None:
+        _overwritten_twice(x, y, transposed)
+
     def step() -> None:
         x[:], y[:], dx[:], dy[:] = x0, y0, 0.0, seed
-        pad.autodiff(_overwritten_twice, pad.Dup(x, dx), pad.Dup(y, dy))
+        pad.autodiff(f, pad.Dup(x, dx), pad.Dup(y, dy))
 
     step()
     expected = dx.copy(), dy.copy()
-    g = pad.graph(lambda: pad.autodiff(_overwritten_twice, pad.Dup(x, dx), pad.Dup(y, dy)))
+    g = pad.graph(lambda: pad.autodiff(f, pad.Dup(x, dx), pad.Dup(y, dy)))
     record = None
     for _ in range(3):
         x[:], y[:], dx[:], dy[:] = x0, y0, 0.0, seed
@@ -274,7 +279,7 @@ def test_a_replay_fills_no_shadow_its_adjoint_leaves_zero():
         record = record or next(iter(g._records.values()))
         np.testing.assert_array_equal(dx, expected[0])
         np.testing.assert_array_equal(dy, expected[1])
-    assert g.why is None and [e.args[0].shape for e in record.resets] == [(2, 6)]
+    assert g.why is None and [e.args[0].shape for e in record.resets] == [(6, 2) if transposed else (2, 6)]
     shadow = record.resets[0].args[0]
     shadow[:] = 1.0  # as a replay that stopped part way leaves it
     record.finished = False
