@@ -99,7 +99,7 @@ from pad.kernel.optimize import (
     unroll,
 )
 from pad.kernel.races import racing_store
-from pad.kernel.reverse import Reverse
+from pad.kernel.reverse import Reverse, seed_guards
 from pad.kernel.tangent import Tangent
 
 MODES = ("primal", "tangent", "adjoint", "fused")  # fused: the adjoint that also makes the primal outputs
@@ -363,6 +363,10 @@ def _adjoint(k: Analysed, launcher: Launcher, touched: set[str], fused: bool, ta
         small |= owned_store_loops(body, k.launch_index, k.low.kinds)
     if small:
         body = unroll(body, small)
+    droppable = set(k.params) - k.loaded
+    if not fused:  # a fused adjoint makes every output, whatever its seed
+        body = seed_guards(body, droppable & k.act.arrays, k.low.namer, k.types)
+    if body is not k.low.body:
         defs = definitions(body, k.launch_index, k.low.kinds)
         rev = Reverse(body, k.low.kinds, k.types, k.act, k.launch_index, k.low.namer, touched, defs)
     rev.fused = fused
@@ -370,7 +374,7 @@ def _adjoint(k: Analysed, launcher: Launcher, touched: set[str], fused: bool, ta
     rev.cleared = frozenset(a for a in k.overwrites if a in k.act.arrays)
     launcher.clears = [(adj(a), k.overwrites[a]) for a in sorted(rev.cleared)]
     live_out = {adj(k.params[p]) for p in k.active_scalars}
-    body = rev.sweep(live_out, droppable=set(k.params) - k.loaded)
+    body = rev.sweep(live_out, droppable=droppable)
     if target == "cuda":
         body = owned_loads_first(body, k.launch_index, k.low.kinds, k.types, k.low.namer)
     launcher.extras += [adj(k.params[p]) for p in k.active_arrays]

@@ -53,7 +53,9 @@ from pad.kernel.analysis import (
 from pad.kernel.ir import (
     ArrayKind,
     Assign,
+    Break,
     Call,
+    Continue,
     Elem,
     Expr,
     Fill,
@@ -66,6 +68,7 @@ from pad.kernel.ir import (
     Namer,
     Pop,
     Push,
+    Return,
     Stmt,
     Store,
     While,
@@ -91,6 +94,62 @@ from pad.kernel.rules import COSTS, RULES
 # A loop's values are kept (``Reverse.kept_values``) where it and the loops around it run at most this many
 # iterations in all: each kept value's array then has as many slots, on the stack of a CPU launcher's chunk.
 KEPT_SLOTS = 64
+
+
+# A store's value and the statements serving it alone go under a branch on its seed (``seed_guards``) where
+# they cost at least this many operations (``operations``): below it the branch costs what it saves.
+SEED_GUARDED_OPERATIONS = 64
+
+
+def seed_guards(body: list[Stmt], outputs: set[str], namer: Namer, types: dict[str, str]) -> list[Stmt]:
+    """``body`` (a kernel iteration, for its adjoint) with each top-level store into an output, an active
+    array the kernel stores once and never reads, moved under a branch on the output's seed being nonzero,
+    together with the statements just before it whose values and local arrays only it reads.
+
+    A zero seed adds nothing to any adjoint, so where it is zero the adjoint neither recomputes that slice
+    nor runs its adjoint: LULESH's time-step constraints seed the strain rate and the characteristic length
+    of one element each, and the kinematics' adjoint skips both for every other element. (Where the slice's
+    partial derivatives are infinite, a zero seed so gives zero, not the NaN of ``0 * inf``.)"""
+    writes = [a for x in walk(body) if isinstance(x, (Store, Fill)) for a in [x.array]]
+    local = {x.target for x in walk(body) if isinstance(x, LocalArray)}
+    out = list(body)
+    k = len(out)
+    while k > 0:
+        k -= 1
+        s = out[k]
+        if not (
+            isinstance(s, Store) and not s.accumulate and s.array in outputs and writes.count(s.array) == 1
+        ):
+            continue
+        after = _reads(out[k + 1 :])
+        start = k
+        while start > 0 and _serves_only(out[start - 1], local, after):
+            start -= 1
+        sliced = out[start:k]
+        if operations([*sliced, s]) < SEED_GUARDED_OPERATIONS or any(
+            n in assigned(sliced) for e in s.index for n in names_in(e)
+        ):
+            continue
+        seeded = namer.fresh("seeded")
+        types[seeded] = "b"
+        test = Assign(seeded, call("ne", Elem(adj(s.array), s.index), Lit(0.0, typed=True)), line=s.line)
+        out[start : k + 1] = [test, If(Name(seeded), [*sliced, s], [], line=s.line)]
+        k = start
+    return out
+
+
+def _reads(stmts: list[Stmt]) -> set[str]:
+    """The variables and arrays ``stmts`` read."""
+    return {n for x in walk(stmts) for e in exprs_of(x) for n in (*names_in(e), *arrays_in(e))}
+
+
+def _serves_only(s: Stmt, local: set[str], after: set[str]) -> bool:
+    """Whether ``s`` writes (or declares) nothing but variables and local arrays that ``after`` does not read."""
+    inner = list(walk([s]))
+    if any(isinstance(x, (Push, Pop, Break, Continue, Return)) for x in inner):
+        return False
+    made = stored_arrays([s]) | {x.target for x in inner if isinstance(x, LocalArray)}
+    return made <= local and not ((assigned([s]) | made) & after)
 
 
 @dataclass

@@ -690,3 +690,15 @@ def test_a_helper_s_cuda_body_runs_and_differentiates_on_the_gpu():
         pad.Dup(device(w), device(np.zeros(3))),
         pad.Dup(device(np.zeros(16)), device(np.zeros(16))),
     )
+
+
+@pytest.mark.parametrize("costly_seed", ["dense", "sparse"])
+def test_an_output_s_zero_seed_skips_its_slice_on_the_gpu(costly_seed: str):
+    """``reverse.seed_guards`` in a CUDA adjoint: the gradients of every seed, as the analytic ones."""
+    from tests.unit.test_seed_guards import costly_seeds, two_outputs_gradient, waves_and_slope, x_values
+
+    x, dcheap, dcostly = x_values(), np.linspace(0.5, 1.5, 24), costly_seeds()[costly_seed]
+    w, slope = waves_and_slope(x)
+    dx, costly = two_outputs_gradient(x, dcheap, dcostly, on=device)
+    np.testing.assert_allclose(costly, w, rtol=1e-13)
+    np.testing.assert_allclose(dx, 3.0 * dcheap + slope * dcostly, rtol=1e-12, atol=1e-14)
