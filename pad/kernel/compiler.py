@@ -99,7 +99,7 @@ from pad.kernel.optimize import (
     unroll,
 )
 from pad.kernel.races import racing_store
-from pad.kernel.reverse import Reverse, seed_guards
+from pad.kernel.reverse import Reverse, iteration_guard, seed_guards
 from pad.kernel.tangent import Tangent
 
 MODES = ("primal", "tangent", "adjoint", "fused")  # fused: the adjoint that also makes the primal outputs
@@ -365,7 +365,8 @@ def _adjoint(k: Analysed, launcher: Launcher, touched: set[str], fused: bool, ta
         body = unroll(body, small)
     droppable = set(k.params) - k.loaded
     if not fused:  # a fused adjoint makes every output, whatever its seed
-        body = seed_guards(body, droppable & k.act.arrays, k.low.namer, k.types)
+        outputs = droppable & k.act.arrays
+        body = seed_guards(body, outputs, k.low.namer, k.types)
     if body is not k.low.body:
         defs = definitions(body, k.launch_index, k.low.kinds)
         rev = Reverse(body, k.low.kinds, k.types, k.act, k.launch_index, k.low.namer, touched, defs)
@@ -377,6 +378,11 @@ def _adjoint(k: Analysed, launcher: Launcher, touched: set[str], fused: bool, ta
     body = rev.sweep(live_out, droppable=droppable)
     if target == "cuda":
         body = owned_loads_first(body, k.launch_index, k.low.kinds, k.types, k.low.namer)
+    if not fused:
+        stored = (k.stored & k.act.arrays) - {s.target for s in launcher.locals}
+        body = iteration_guard(
+            body, k.covers, droppable & k.act.arrays, stored, k.launch_index, k.low.namer, k.types
+        )
     launcher.extras += [adj(k.params[p]) for p in k.active_arrays]
     launcher.accumulators = [adj(k.params[p]) for p in k.active_scalars]
     # A fused adjoint makes the primal's outputs, rounded as the primal; an adjoint of a kernel that makes

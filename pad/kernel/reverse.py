@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import math
 import operator
 from collections.abc import Callable, Iterator, Mapping
@@ -40,6 +41,7 @@ from pad.kernel.analysis import (
     FLOATS,
     NO_DEFINITIONS,
     Activity,
+    Cover,
     Definitions,
     Extreme,
     carried_sums,
@@ -136,6 +138,59 @@ def seed_guards(body: list[Stmt], outputs: set[str], namer: Namer, types: dict[s
         out[start : k + 1] = [test, If(Name(seeded), [*sliced, s], [], line=s.line)]
         k = start
     return out
+
+
+# An iteration goes under a branch on its outputs' seeds (``iteration_guard``) where it stores at most this
+# many output elements (the branch loads each seed once more) and has a loop or costs at least
+# SEED_GUARDED_OPERATIONS: a short adjoint without loops, which LLVM may vectorize, stays as it is.
+SEED_GUARDED_ELEMENTS = 64
+
+
+def iteration_guard(
+    body: list[Stmt],
+    covers: Mapping[str, Cover],
+    outputs: set[str],
+    stored: set[str],
+    launch_index: str,
+    namer: Namer,
+    types: dict[str, str],
+) -> list[Stmt]:
+    """``body`` (a kernel iteration, for its adjoint) under a branch on any of its outputs' seeds being
+    nonzero, where ``stored``, the active global arrays it stores into, are all ``outputs`` that it stores
+    over a box of elements per launch index (``covers``): with all of an iteration's seeds zero, its adjoint
+    adds nothing, and skips the iteration (LULESH's early Sedov cycles: the elements at rest, most of the
+    mesh, have zero seeds, their velocities' adjoints cut below U_CUT). A NaN seed counts as nonzero."""
+    if not stored or not stored <= outputs or any(a not in covers for a in stored):
+        return body
+    looped = any(isinstance(x, (For, While)) for x in walk(body))
+    if not looped and operations(body) < SEED_GUARDED_OPERATIONS:
+        return body
+    parts: list[tuple[Cover, list[Expr]]] = []
+    for a in sorted(stored):
+        c = covers[a]
+        at = Name(launch_index) if c.offset == 0 else call("add", Name(launch_index), Lit(c.offset))
+        axes = [range(e) if d != c.axis else range(1) for d, e in enumerate(c.extents)]
+        points = itertools.product(*axes)
+        parts.append(
+            (c, [Elem(adj(a), tuple(at if d == c.axis else Lit(k) for d, k in enumerate(p))) for p in points])
+        )
+    seeds = [e for _, elements in parts for e in elements]
+    if len(seeds) > SEED_GUARDED_ELEMENTS:
+        return body
+    zero = Lit(0.0, typed=True)
+    total: Expr = zero
+    for c, elements in parts:  # one seed is nonzero as it is, several where the sum of their sizes is
+        part = (
+            elements[0]
+            if len(seeds) == 1
+            else functools.reduce(lambda x, y: call("add", x, y), [call("abs", e) for e in elements])
+        )
+        for name, value in c.given:  # stored only when a scalar parameter has this truth value
+            part = call("select", Name(name), part, zero) if value else call("select", Name(name), zero, part)
+        total = part if total is zero else call("add", total, part)
+    seeded = namer.fresh("seeded")
+    types[seeded] = "b"
+    return [Assign(seeded, call("ne", total, Lit(0.0, typed=True))), If(Name(seeded), body, [])]
 
 
 def _reads(stmts: list[Stmt]) -> set[str]:

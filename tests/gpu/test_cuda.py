@@ -692,12 +692,21 @@ def test_a_helper_s_cuda_body_runs_and_differentiates_on_the_gpu():
     )
 
 
+@pytest.mark.parametrize("cheap_seed", ["dense", "sparse"])
 @pytest.mark.parametrize("costly_seed", ["dense", "sparse"])
-def test_an_output_s_zero_seed_skips_its_slice_on_the_gpu(costly_seed: str):
-    """``reverse.seed_guards`` in a CUDA adjoint: the gradients of every seed, as the analytic ones."""
-    from tests.unit.test_seed_guards import costly_seeds, two_outputs_gradient, waves_and_slope, x_values
+def test_zero_seeds_skip_their_work_on_the_gpu(costly_seed: str, cheap_seed: str):
+    """``reverse.seed_guards`` and ``iteration_guard`` in a CUDA adjoint: the gradients of every seed, as the
+    analytic ones (sparse cheap seeds leave threads with no nonzero seed, which skip their iteration)."""
+    from tests.unit.test_seed_guards import (
+        _sparse,
+        costly_seeds,
+        two_outputs_gradient,
+        waves_and_slope,
+        x_values,
+    )
 
-    x, dcheap, dcostly = x_values(), np.linspace(0.5, 1.5, 24), costly_seeds()[costly_seed]
+    dcheap = np.linspace(0.5, 1.5, 24) if cheap_seed == "dense" else _sparse(-2.0)[::-1].copy()
+    x, dcostly = x_values(), costly_seeds()[costly_seed]
     w, slope = waves_and_slope(x)
     dx, costly = two_outputs_gradient(x, dcheap, dcostly, on=device)
     np.testing.assert_allclose(costly, w, rtol=1e-13)

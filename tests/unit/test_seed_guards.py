@@ -1,6 +1,8 @@
 """Seed guards: an adjoint skips the statements that serve one output alone, and their adjoint, where that
-output's seed is zero (``reverse.seed_guards``): LULESH's time-step constraints seed one element's strain
-rate and characteristic length. The gradients stay those of the whole kernel, for every seed."""
+output's seed is zero (``reverse.seed_guards``: LULESH's time-step constraints seed one element's strain
+rate and characteristic length), and a whole iteration where all its outputs' seeds are
+(``reverse.iteration_guard``: LULESH's elements at rest). The gradients stay those of the whole kernel, for
+every seed."""
 
 from __future__ import annotations
 
@@ -71,11 +73,34 @@ def _show(kernel) -> str:
     return pad.show(kernel, "adjoint", *(pad.Dup(x.copy(), x.copy()) for _ in range(3)))
 
 
+@pad.kernel
+def k_scatter(i, x, cells, y):
+    """An add into a shared element: its seed is not the iteration's own, so no iteration guard."""
+    y[cells[i]] += waves(x[i])
+
+
+@pad.kernel
+def k_cheap(i, x, y):
+    """A short adjoint without loops (which LLVM may vectorize): no guard."""
+    y[i] = 3.0 * x[i] * x[i]
+
+
 def test_the_costly_output_is_guarded_and_the_cheap_one_not():
     source = _show(k_two_outputs)
-    assert "_b_costly[i] != 0.0" in source
-    assert "_b_cheap[i] != 0.0" not in source
-    assert "!= 0.0" not in _show(k_shared)
+    assert "if _b_costly[i] != 0.0:" in source
+    assert "if _b_cheap[i] != 0.0:" not in source
+    assert "if abs(_b_cheap[i]) + abs(_b_costly[i]) != 0.0:" in source  # the whole iteration's
+    shared = _show(k_shared)
+    assert "if _b_costly[i] != 0.0:" not in shared
+    assert "if abs(_b_costly[i]) + abs(_b_twice[i]) != 0.0:" in shared
+
+
+def test_no_iteration_guard_where_a_seed_is_shared_or_the_adjoint_is_short():
+    x = x_values()
+    cells = np.arange(N) % 5
+    scatter = pad.show(k_scatter, "adjoint", pad.Dup(x, x.copy()), cells, pad.Dup(x.copy(), x.copy()))
+    assert "!= 0.0:" not in scatter
+    assert "!= 0.0:" not in pad.show(k_cheap, "adjoint", pad.Dup(x, x.copy()), pad.Dup(x.copy(), x.copy()))
 
 
 def two_outputs_gradient(
@@ -96,13 +121,36 @@ def costly_seeds() -> dict[str, np.ndarray]:
     return {"dense": np.linspace(-1.0, 2.0, N), "sparse": _sparse(1.5), "zero": np.zeros(N)}
 
 
+@pytest.mark.parametrize("cheap_seed", ["dense", "sparse"])
 @pytest.mark.parametrize("costly_seed", ["dense", "sparse", "zero"])
-def test_gradients_equal_the_analytic_ones_for_every_seed(costly_seed: str):
-    x, dcheap, dcostly = x_values(), np.linspace(0.5, 1.5, N), costly_seeds()[costly_seed]
+def test_gradients_equal_the_analytic_ones_for_every_seed(costly_seed: str, cheap_seed: str):
+    """Sparse cheap seeds leave iterations with no nonzero seed at all: the iteration guard skips those."""
+    dcheap = np.linspace(0.5, 1.5, N) if cheap_seed == "dense" else _sparse(-2.0)[::-1].copy()
+    x, dcostly = x_values(), costly_seeds()[costly_seed]
     w, slope = waves_and_slope(x)
     dx, costly = two_outputs_gradient(x, dcheap, dcostly)
     np.testing.assert_allclose(costly, w, rtol=1e-13)
     np.testing.assert_allclose(dx, 3.0 * dcheap + slope * dcostly, rtol=1e-12, atol=1e-14)
+
+
+def test_a_nan_seed_is_not_skipped():
+    x, dcheap, dcostly = x_values(), np.zeros(N), np.zeros(N)
+    dcostly[4] = np.nan
+    dx, _ = two_outputs_gradient(x, dcheap, dcostly)
+    assert np.isnan(dx[4]) and (dx[np.arange(N) != 4] == 0.0).all()
+
+
+def test_a_scatter_s_gradient_is_the_analytic_one():
+    x, cells = x_values(), np.arange(N) % 5
+    seed = np.zeros(5)
+    seed[[1, 3]] = [2.0, -1.0]
+    dx = np.zeros(N)
+    pad.autodiff(
+        lambda x, y: pad.launch(k_scatter, N, x, cells, y),
+        pad.Dup(x.copy(), dx),
+        pad.Dup(np.zeros(5), seed.copy()),
+    )
+    np.testing.assert_allclose(dx, waves_and_slope(x)[1] * seed[cells], rtol=1e-12, atol=1e-14)
 
 
 def test_a_value_two_outputs_share_keeps_its_adjoint_when_one_seed_is_zero():
@@ -135,6 +183,7 @@ def test_a_zero_seed_adds_zero_where_a_partial_is_infinite():
 
 @pytest.mark.parametrize("kernel", [k_two_outputs, k_shared])
 def test_check_grad_passes(kernel):
+    """check_grad's seeds are dense: every guard is taken."""
     x = x_values()
     pad.testing.check_grad(
         lambda x, a, b: pad.launch(kernel, N, x, a, b),
