@@ -7,8 +7,9 @@ them so that both see the same machine load, and reports each one's FOM (zones p
 faster), the ratio pad / original and the Final Origin Energy of both. ``--device gpu`` runs pad on the GPU
 too. ``--forces`` times the two ways of summing corner forces to nodes (see ``forces_study``),
 ``--per-cycle`` the per-cycle gradient against the primal cycle in one process (``cycle_ratio``), and
-``--launches`` what the gradient's cycle spends outside the compiled launchers (``launch_profile``);
-``--no-runs`` leaves out the app's runs.
+``--launches`` what the gradient's cycle spends outside the compiled launchers (``launch_profile``), both
+after ``--after`` primal cycles (the blast's early cycles leave most of the mesh at rest, where the adjoints
+find zero seeds and skip their work); ``--no-runs`` leaves out the app's runs.
 
     python scripts/bench_lulesh.py --build-original /path/to/LULESH --cases 30: 45:100 --threads 1 2
     python scripts/bench_lulesh.py --cases 60:100 --threads 1 2 4 8 16       # strong scaling
@@ -142,9 +143,10 @@ def forces_study(size: int, threads: int, repeat: int = 20) -> dict[str, float]:
     return times
 
 
-def _recorded_gradient(size: int, threads: int) -> tuple[Any, Any, Any]:
+def _recorded_gradient(size: int, threads: int, after: int = 0) -> tuple[Any, Any, Any]:
     """A one-rank LULESH of ``-s size`` on ``threads`` threads, its state and its per-cycle gradient step,
-    after three cycles of the gradient: compiled, its plans made, its replays recorded."""
+    after ``after`` primal cycles and three cycles of the gradient: compiled, its plans made, its replays
+    recorded."""
     import numba
 
     import pad.mpi
@@ -157,19 +159,27 @@ def _recorded_gradient(size: int, threads: int) -> tuple[Any, Any, Any]:
     state = hydro.initial_state()
     hydro.setup(state)
     step = adjoint.StepGradient(hydro)
+    hydro.advance(state, after)
     hydro.advance(state, 3, leapfrog=step)
     return hydro, state, step
 
 
-def cycle_ratio(size: int, threads: int, cycles: int = 5, rounds: int = 7) -> dict[str, Any]:
+def moving_nodes(hydro: Any, state: Any) -> float:
+    """The fraction of the nodes that move (a velocity component at or above U_CUT, which cuts the others to
+    zero): elsewhere the adjoints' seeds are zero, and they skip those elements."""
+    xv = hydro.memory.get(state.xv)
+    return float(np.count_nonzero((xv[3:6] != 0.0).any(axis=0)) / xv.shape[1])
+
+
+def cycle_ratio(size: int, threads: int, after: int = 0, cycles: int = 5, rounds: int = 7) -> dict[str, Any]:
     """The per-cycle gradient against the primal cycle in one process, alternating: ``rounds`` times, ``cycles``
     primal cycles then ``cycles`` gradient cycles (each as ``Hydro.advance`` runs those after the first: the
     time increment, the replayed leap-frog step or the replayed differentiated one, ``StepGradient``, and the
     fault check), on one state that both advance. Wall-clock seconds per cycle, the best round and the median
     one of each; neighbouring rounds see the same machine load, which on a shared host moves the runs of
     separate processes by more than the code does."""
-    hydro, state, step = _recorded_gradient(size, threads)
-    t = 4
+    hydro, state, step = _recorded_gradient(size, threads, after)
+    t = after + 4
     laps: dict[str, list[float]] = {"primal": [], "gradient": []}
     for _ in range(rounds + 1):  # the first round warms the primal's replay
         for name, leapfrog in (("primal", hydro.replayed_leapfrog), ("gradient", step)):
@@ -186,6 +196,8 @@ def cycle_ratio(size: int, threads: int, cycles: int = 5, rounds: int = 7) -> di
     return {
         "size": size,
         "threads": threads,
+        "after": after,
+        "moving_nodes": moving_nodes(hydro, state),
         "cycles": cycles,
         "rounds": rounds,
         "primal_cycle_s": best["primal"],
@@ -197,7 +209,9 @@ def cycle_ratio(size: int, threads: int, cycles: int = 5, rounds: int = 7) -> di
     }
 
 
-def launch_profile(size: int, threads: int, cycles: int = 5, rounds: int = 3) -> dict[str, Any]:
+def launch_profile(
+    size: int, threads: int, after: int = 0, cycles: int = 5, rounds: int = 3
+) -> dict[str, Any]:
     """Where a per-cycle gradient's time goes outside the compiled launchers, as the calling thread's CPU
     time (other work on the machine does not count there), the best of ``rounds`` runs of ``cycles`` cycles.
 
@@ -234,7 +248,7 @@ def launch_profile(size: int, threads: int, cycles: int = 5, rounds: int = 3) ->
     arrays.assign = timed(arrays.assign, "tape: copies of kept values")  # type: ignore[method-assign]
     plans._same = timed(plans._same, "plans: validations")  # type: ignore[attr-defined]
     cpu._reduce = timed(cpu._reduce, "private buffers' sums")  # type: ignore[attr-defined]
-    hydro, state, step = _recorded_gradient(size, threads)
+    hydro, state, step = _recorded_gradient(size, threads, after)
     for k in [*vars(K).values(), adjoint.k_copy]:
         for variant in getattr(k, "_variants", {}).values():
             variant.launcher = timed(variant.launcher, "launchers")
@@ -244,7 +258,7 @@ def launch_profile(size: int, threads: int, cycles: int = 5, rounds: int = 3) ->
         step(state)
         hydro.check(t)
 
-    t = 4
+    t = after + 4
     best: dict[str, Any] | None = None
     for _ in range(rounds):
         spent.clear()
@@ -261,6 +275,7 @@ def launch_profile(size: int, threads: int, cycles: int = 5, rounds: int = 3) ->
         row = {
             "size": size,
             "threads": threads,
+            "after": after,
             "cycle_s": wall,
             "cycle_cpu_s": total,
             "launchers_cpu_s": launchers,
@@ -312,6 +327,13 @@ def main() -> None:
         action="store_true",
         help="also time the per-cycle gradient against the primal cycle in one process, alternating "
         "(per case and thread count)",
+    )
+    p.add_argument(
+        "--after",
+        type=int,
+        default=0,
+        metavar="CYCLES",
+        help="--per-cycle and --launches start after this many primal cycles (default 0)",
     )
     p.add_argument(
         "--json",
@@ -366,12 +388,12 @@ def main() -> None:
             print(json.dumps(study), flush=True)
     for size, _ in args.cases if args.per_cycle else []:
         for threads in args.threads:
-            study = cycle_ratio(size, threads)
+            study = cycle_ratio(size, threads, args.after)
             result.setdefault("per_cycle", []).append(study)
             print(json.dumps(study), flush=True)
     for size, _ in args.cases if args.launches else []:
         for threads in args.threads:
-            study = launch_profile(size, threads)
+            study = launch_profile(size, threads, args.after)
             result.setdefault("launches", []).append(study)
             print(json.dumps({k: v for k, v in study.items() if k != "plans"}), flush=True)
     shutil.rmtree(scratch, ignore_errors=True)
