@@ -364,8 +364,8 @@ def _adjoint(k: Analysed, launcher: Launcher, touched: set[str], fused: bool, ta
     if small:
         body = unroll(body, small)
     droppable = set(k.params) - k.loaded
+    outputs = droppable & k.act.arrays  # active arrays the kernel stores and never reads: their seeds
     if not fused:  # a fused adjoint makes every output, whatever its seed
-        outputs = droppable & k.act.arrays
         body = seed_guards(body, outputs, k.low.namer, k.types)
     if body is not k.low.body:
         defs = definitions(body, k.launch_index, k.low.kinds)
@@ -380,9 +380,7 @@ def _adjoint(k: Analysed, launcher: Launcher, touched: set[str], fused: bool, ta
         body = owned_loads_first(body, k.launch_index, k.low.kinds, k.types, k.low.namer)
     if not fused:
         stored = (k.stored & k.act.arrays) - {s.target for s in launcher.locals}
-        body = iteration_guard(
-            body, k.covers, droppable & k.act.arrays, stored, k.launch_index, k.low.namer, k.types
-        )
+        body = iteration_guard(body, k.covers, outputs, stored, k.launch_index, k.low.namer, k.types)
     launcher.extras += [adj(k.params[p]) for p in k.active_arrays]
     launcher.accumulators = [adj(k.params[p]) for p in k.active_scalars]
     # A fused adjoint makes the primal's outputs, rounded as the primal; an adjoint of a kernel that makes
