@@ -801,10 +801,13 @@ def headline() -> list[str]:
                     vs_cuda,
                 )
             )
-    lulesh_gpu = _one("gpu-lulesh-grad.json")
-    ratio = lulesh_gpu["result"]["overhead"]
-    card = "H200" if "H200" in lulesh_gpu["machine"] else "H100"
-    rows.append((f"LULESH -s 60 on an {card}: per-cycle gradient / primal", f"{ratio:.2f}x", lulesh_gpu))
+    for name in ("gpu-lulesh-grad.json", "gpu-lulesh-grad-s100.json"):
+        lulesh_gpu = _one(name)
+        ratio, size = lulesh_gpu["result"]["overhead"], lulesh_gpu["result"]["problem"]["size"]
+        card = "H200" if "H200" in lulesh_gpu["machine"] else "H100"
+        rows.append(
+            (f"LULESH -s {size} on an {card}: per-cycle gradient / primal", f"{ratio:.2f}x", lulesh_gpu)
+        )
     m = _one("mpi-2.json")
     allreduce = next(
         o for o in m["result"]["ops"] if o["op"] == "Allreduce SUM" and o["bytes_per_rank"] == 65536
