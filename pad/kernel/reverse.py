@@ -27,6 +27,7 @@ which drops a recomputed loop's replay of values its reverse never reads.
 
 from __future__ import annotations
 
+import collections
 import copy
 import functools
 import itertools
@@ -64,6 +65,7 @@ from pad.kernel.ir import (
     For,
     If,
     Kind,
+    Line,
     Lit,
     LocalArray,
     Name,
@@ -112,16 +114,14 @@ def seed_guards(body: list[Stmt], outputs: set[str], namer: Namer, types: dict[s
     nor runs its adjoint: LULESH's time-step constraints seed the strain rate and the characteristic length
     of one element each, and the kinematics' adjoint skips both for every other element. (Where the slice's
     partial derivatives are infinite, a zero seed so gives zero, not the NaN of ``0 * inf``.)"""
-    writes = [a for x in walk(body) if isinstance(x, (Store, Fill)) for a in [x.array]]
+    writes = collections.Counter(x.array for x in walk(body) if isinstance(x, (Store, Fill)))
     local = {x.target for x in walk(body) if isinstance(x, LocalArray)}
     out = list(body)
     k = len(out)
     while k > 0:
         k -= 1
         s = out[k]
-        if not (
-            isinstance(s, Store) and not s.accumulate and s.array in outputs and writes.count(s.array) == 1
-        ):
+        if not (isinstance(s, Store) and not s.accumulate and s.array in outputs and writes[s.array] == 1):
             continue
         after = _reads(out[k + 1 :])
         start = k
@@ -132,10 +132,7 @@ def seed_guards(body: list[Stmt], outputs: set[str], namer: Namer, types: dict[s
             n in assigned(sliced) for e in s.index for n in names_in(e)
         ):
             continue
-        seeded = namer.fresh("seeded")
-        types[seeded] = "b"
-        test = Assign(seeded, call("ne", Elem(adj(s.array), s.index), Lit(0.0, typed=True)), line=s.line)
-        out[start : k + 1] = [test, If(Name(seeded), [*sliced, s], [], line=s.line)]
+        out[start : k + 1] = _seeded(Elem(adj(s.array), s.index), [*sliced, s], namer, types, s.line)
         k = start
     return out
 
@@ -178,24 +175,34 @@ def iteration_guard(
     if len(seeds) > SEED_GUARDED_ELEMENTS:
         return body
     zero = Lit(0.0, typed=True)
-    total: Expr = zero
+    terms = []
     for c, elements in parts:  # one seed is nonzero as it is, several where the sum of their sizes is
-        part = (
-            elements[0]
-            if len(seeds) == 1
-            else functools.reduce(lambda x, y: call("add", x, y), [call("abs", e) for e in elements])
-        )
+        part = elements[0] if len(seeds) == 1 else _sum([call("abs", e) for e in elements])
         for name, value in c.given:  # stored only when a scalar parameter has this truth value
             part = call("select", Name(name), part, zero) if value else call("select", Name(name), zero, part)
-        total = part if total is zero else call("add", total, part)
+        terms.append(part)
+    return _seeded(_sum(terms), body, namer, types, None)
+
+
+def _sum(terms: list[Expr]) -> Expr:
+    return functools.reduce(lambda x, y: call("add", x, y), terms)
+
+
+def _seeded(
+    seed: Expr, stmts: list[Stmt], namer: Namer, types: dict[str, str], line: Line | None
+) -> list[Stmt]:
+    """``stmts`` under a branch on ``seed`` (a seed, or a sum of seeds' sizes) being nonzero."""
     seeded = namer.fresh("seeded")
     types[seeded] = "b"
-    return [Assign(seeded, call("ne", total, Lit(0.0, typed=True))), If(Name(seeded), body, [])]
+    return [
+        Assign(seeded, call("ne", seed, Lit(0.0, typed=True)), line=line),
+        If(Name(seeded), stmts, [], line=line),
+    ]
 
 
 def _reads(stmts: list[Stmt]) -> set[str]:
     """The variables and arrays ``stmts`` read."""
-    return {n for x in walk(stmts) for e in exprs_of(x) for n in (*names_in(e), *arrays_in(e))}
+    return {n for x in walk(stmts) for n in _names(x)} | loaded_arrays(stmts)
 
 
 def _serves_only(s: Stmt, local: set[str], after: set[str]) -> bool:
