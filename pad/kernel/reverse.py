@@ -254,6 +254,9 @@ class Reverse:
     enclosing: list[For | While] = field(default_factory=list)  # the loops being transformed, outermost first
     kept_arrays: dict[str, LocalArray] = field(default_factory=dict)  # the local arrays of kept values
     keep_stores: set[int] = field(default_factory=set)  # id() of the forward sweep's stores into them
+    # id() is unique only among live objects: a statement this pass makes and drops would hand its id to the
+    # next one made. Every object whose id() the tables above hold stays here while the pass lives.
+    _keyed: list[object] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self._choose_loop_modes()
@@ -263,11 +266,16 @@ class Reverse:
 
     def fresh(self, s: Stmt, role: str, ty: str) -> str:
         """A generated variable for ``role`` at statement ``s``: the same name every time ``s`` is revisited."""
-        key = (id(s), role)
+        key = (self.key(s), role)
         if key not in self._fresh:
             self._fresh[key] = self.namer.fresh(role)
             self.types[self._fresh[key]] = ty
         return self._fresh[key]
+
+    def key(self, x: object) -> int:
+        """``id(x)``, with ``x`` kept alive as long as this pass so that no other object takes its id."""
+        self._keyed.append(x)
+        return id(x)
 
     # -- loop modes ------------------------------------------------------------------------------------
     def _choose_loop_modes(self) -> None:
@@ -525,7 +533,7 @@ class Reverse:
             forward = While(s.test, s.cond, [*fwd_body, bump], line=s.line)
             before = [Assign(trip, Lit(0), line=s.line)]
         if id(s) in self.recompute:
-            self.replays[id(forward)] = (sum(isinstance(x, Push) for x in fwd_body), replay)
+            self.replays[self.key(forward)] = (sum(isinstance(x, Push) for x in fwd_body), replay)
         rev: list[Stmt] = [*count, backwards] if isinstance(s, For) else [backwards]
         if rebuilt:
             # The reverse loop runs the iterations in forward order and redoes the sums from their values
@@ -538,7 +546,7 @@ class Reverse:
             else:
                 tail = []
             remade = copy.deepcopy(tail)
-            self.remade |= {id(x) for x in walk(remade) if isinstance(x, Store)}
+            self.remade |= {self.key(x) for x in walk(remade) if isinstance(x, Store)}
             return [*before, *save, forward], [*restore, *rev, *remade]
         return [*before, forward], rev
 
@@ -791,7 +799,7 @@ class Reverse:
         push = [Push(Name(v), self.stack_kind(v), line=s.line) for v in carried]
         pop = [Pop(v, self.stack_kind(v), self.types[v], line=s.line) for v in reversed(carried)]
         stores = [Store(array, self.iteration(), Name(v), line=s.line) for v, array in kept.items()]
-        self.keep_stores |= {id(x) for x in stores}
+        self.keep_stores |= {self.key(x) for x in stores}
         if stores or any(id(x) in self.keep_stores for x in walk(f)):
             # The forward sweep runs the iteration as the replay does, storing what this loop and the loops
             # inside keep (the pushes are the replay's: it pops them again).
@@ -839,7 +847,7 @@ class Reverse:
             return {}
         out = {}
         for v in kept:
-            key = (id(s), f"kept array of {v}")
+            key = (self.key(s), f"kept array of {v}")
             if key not in self._fresh:
                 self._fresh[key] = self.namer.fresh(_kept_stem(v))
             array = self._fresh[key]
