@@ -9,6 +9,7 @@ type that died, and every corpus kernel's variants must come out as they do with
 
 from __future__ import annotations
 
+import functools
 import importlib
 import pkgutil
 import re
@@ -43,7 +44,7 @@ class ReusedIds:
         if known is not None and known[0]() is x:
             return known[1]
         try:
-            ref = weakref.ref(x, lambda _, key=id(x), kind=type(x): self._died(key, kind))
+            ref = weakref.ref(x, functools.partial(self._died, id(x), type(x)))
         except TypeError:  # no weak references (numbers, tuples): their real id
             return id(x)
         reused = self.dead.get(type(x))
@@ -55,7 +56,7 @@ class ReusedIds:
         self.fresh += 1
         return self.fresh
 
-    def _died(self, key: int, kind: type) -> None:
+    def _died(self, key: int, kind: type, _: weakref.ref) -> None:
         self.dead.setdefault(kind, []).append(self.live.pop(key)[1])
 
 
