@@ -50,6 +50,7 @@ from pad.kernel.ir import (
     walk,
 )
 
+INDEX_KINDS = "iub"  # the dtype kinds of the arrays an inspector reads (index arrays: integers, booleans)
 MAX_DIMS = 8  # array ranks an error report holds (numba arrays have at most 32; kernels here far fewer)
 _SOURCE = 2 + MAX_DIMS  # where, in an error report, the index array's position starts
 
@@ -254,7 +255,7 @@ def build(
         p
         for p in params
         if isinstance(kinds.get(p), ArrayKind)
-        and kinds[p].dtype.kind in "iub"  # type: ignore[union-attr]
+        and kinds[p].dtype.kind in INDEX_KINDS  # type: ignore[union-attr]
         and p not in written
         and p not in touched
     }

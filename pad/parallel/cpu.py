@@ -4,9 +4,9 @@ A launch without shared-index accumulations runs in one contiguous chunk of indi
 (``a[j] += v`` at shared ``j``, and adjoints of reads at shared indices; numba has no CPU atomics) runs by a
 plan (pad/parallel/plans.py): colour by colour, each colour's segments spread over the threads, adding in
 place where the plan says no two running iterations touch one element, else into per-segment private
-buffers, summed into the array after the launch. Summing a buffer zeroes it, and it is kept for the next
-launch of that shape (in ``SPARE``, up to 1 GiB): no fresh allocation, whose pages the OS would zero again on
-first touch.
+buffers, summed into the array after the launch. Summing a buffer zeroes it, and it is kept: a small one by
+its launch, for its next call; others for the next launch of that shape (in ``SPARE``, up to 1 GiB): no fresh
+allocation, whose pages the OS would zero again on first touch.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from numba import prange, types
 
 from pad import arrays
 from pad.kernel import Variant, compiler, runtime
+from pad.kernel.inspector import INDEX_KINDS
 from pad.kernel.names import head, ordered
 from pad.parallel import plans
 
@@ -36,6 +37,12 @@ than ``CACHED_SLOTS``: copies that leave the caches are each brought back from m
 by the sum, which cost more than their slots spread (64 copies of 4096 atoms' positions and charges: a pair
 potential's gradient 2.7x its energy, against 2.3x with 16; docs/benchmarks.md, "Private copies summed by
 blocks"). The cut depends on the arrays' sizes alone, so results still do not depend on the thread count."""
+
+
+KEPT_BUFFER_BYTES = 1 << 16
+"""A launch keeps private buffers of at most this many bytes (the copies of a flag, a clock, a few sums) from
+one call to the next, zeroed by each sum, where larger ones go back to ``SPARE``: a replayed launch then takes
+and gives back none (a pool's look-ups cost more than such a sum)."""
 
 
 ROW_BLOCK = 512
@@ -103,14 +110,13 @@ def _no_buffer(base: np.ndarray) -> np.ndarray:
 
 
 def _reduce(base: np.ndarray, buffer: np.ndarray) -> None:
-    """Add the chunks' buffer into ``base`` and keep the buffer, zeroed, for the next launch."""
+    """Add the chunks' buffer into ``base``, which leaves the buffer zeroed."""
     if base.flags.c_contiguous:  # a small buffer is summed in the calling thread (the same sums, in order)
         add = _sum_rows_into_parallel if buffer.nbytes >= arrays.PARALLEL_BYTES else _sum_rows_into
         add(base.reshape(-1), buffer.reshape(buffer.shape[0], -1))
     else:
         base += buffer.reshape(buffer.shape[0], -1)[:, : base.size].sum(axis=0).reshape(base.shape)
         buffer[...] = 0
-    SPARE.give(buffer)
 
 
 def _run_chunks(chunk: int, record: int, nchunks: int, waves: int) -> None:
@@ -154,6 +160,7 @@ class Launch:
     __slots__ = (
         "args",
         "bases",
+        "buffers",
         "call",
         "extras",
         "n",
@@ -181,7 +188,8 @@ class Launch:
             args[p] if kind == "primal" else shadows[p]  # type: ignore[index]
             for kind, p in variant.privates
         ]
-        self.stored = [args[p] for p in variant.stored]
+        # the arrays it stores into whose contents a plan may depend on: index arrays
+        self.stored = [args[p] for p in variant.stored if args[p].dtype.kind in INDEX_KINDS]
         self.planned = bool(variant.privates or variant.halo or self.nact)
         self.threads = 0  # the thread count ``call`` was bound for (none yet)
         self.plan: plans.Plan | None = None
@@ -189,6 +197,8 @@ class Launch:
         # active scalars' sums
         self.call: list[Any] = []
         self.private: list[bool] = []  # per base, whether the plan accumulates it into private buffers
+        # per base, the buffer the launcher takes: none (``_no_buffer``) or a kept one; None: one from SPARE
+        self.buffers: list[np.ndarray | None] = []
         self.slots = 0  # the private buffers' copies of their base
 
     def __call__(self) -> np.ndarray:
@@ -203,17 +213,24 @@ class Launch:
         outputs = np.zeros((self.slots, self.nact)) if self.nact else _NO_OUTPUTS
         if self.planned:
             buffers = [
-                _zeroed(self.slots, base, self.variant.sites is None) if own else _no_buffer(base)
-                for base, own in zip(self.bases, self.private, strict=True)
+                _zeroed(self.slots, base, variant.sites is None) if buffer is None else buffer
+                for base, buffer in zip(self.bases, self.buffers, strict=True)
             ]
             call = [*call, *buffers, *([outputs] if self.nact else [])]
         if compiler.note(variant.launcher, call):  # compiled ahead (pad.precompile), not run
             return outputs.sum(axis=0) if self.nact else _NO_SUMS
-        variant.launcher(*call)
-        for base, buffer in zip(self.bases, buffers, strict=True):
+        try:
+            variant.launcher(*call)
+        except BaseException:
+            self.threads = 0  # bound anew at the next call: the kept buffers may hold part of a sum
+            raise
+        for base, buffer, kept in zip(self.bases, buffers, self.buffers, strict=True):
             if buffer.shape[0]:
                 _reduce(base, buffer)
-        plans.forget(self.stored)
+                if kept is None:
+                    SPARE.give(buffer)
+        if self.stored:
+            plans.forget(self.stored)
         return outputs.sum(axis=0) if self.nact else _NO_SUMS
 
     def _bind(self, threads: int, plan: plans.Plan | None) -> None:
@@ -233,6 +250,13 @@ class Launch:
         if copy * slots > PRIVATE_BYTES:  # fewer copies, but never fewer than today's one per thread
             slots = max(1, min(slots, max(threads, PRIVATE_BYTES // copy)))
         self.slots = slots
+        padded = self.variant.sites is None
+        self.buffers = [
+            (_zeroed(slots, base, padded) if slots * base.nbytes <= KEPT_BUFFER_BYTES else None)
+            if own
+            else _no_buffer(base)
+            for base, own in zip(self.bases, self.private, strict=True)
+        ]
         chunks = max(1, min(threads, slots))
         values = {"_slots": slots, "_order": plan.order, "_segs": plan.segs, "_colours": plan.colours}
         claims = (len(plan.colours) - 1) * chunks  # a counter per colour and chunk, zeroed by the launcher

@@ -220,3 +220,48 @@ def test_private_copies_of_small_arrays_sit_on_lines_of_their_own():
         finally:
             numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
         np.testing.assert_allclose(dcoef, [0.0, seed @ x, seed @ (x * x)], rtol=1e-12)
+
+
+def test_a_replayed_launch_keeps_its_small_private_buffers_and_sums_them_right(monkeypatch):
+    """A replayed adjoint keeps its small private buffers from call to call (it takes none from the pool), each
+    sum leaving them zero; after a launcher that failed part way, the next call starts from fresh ones."""
+    from pad.parallel import cpu
+
+    rng = np.random.default_rng(5)
+    x, seed = rng.uniform(-1, 1, 5000), rng.uniform(0.5, 1.5, 5000)
+    coef, dcoef = np.array([0.3, -1.2, 0.7]), np.zeros(3)
+    y, dy = np.zeros(5000), np.zeros(5000)
+    step = pad.graph(lambda: pad.autodiff(scaled, pad.Dup(coef, dcoef), x, pad.Dup(y, dy)))
+    taken: list[tuple] = []
+    real_take = cpu.SPARE.take
+    monkeypatch.setattr(cpu.SPARE, "take", lambda *a: taken.append(a) or real_take(*a))
+
+    def gradient() -> np.ndarray:
+        dcoef[:], dy[:] = 0.0, seed
+        step()
+        return dcoef.copy()
+
+    expected = [0.0, seed @ x, seed @ (x * x)]
+    np.testing.assert_allclose(gradient(), expected, rtol=1e-12)
+    first = len(taken)
+    for _ in range(3):
+        np.testing.assert_allclose(gradient(), expected, rtol=1e-12)
+    assert first > 0 and len(taken) == first
+    launchers = [(v, v.launcher) for v in k_scaled._variants.values() if v.mode == "adjoint"]
+
+    def failing(real):
+        def launcher(*args):
+            real(*args)  # the private buffers filled, never summed
+            raise RuntimeError("stopped")
+
+        return launcher
+
+    for v, real in launchers:
+        v.launcher = failing(real)
+    try:
+        with pytest.raises(RuntimeError, match="stopped"):
+            gradient()
+    finally:
+        for v, real in launchers:
+            v.launcher = real
+    np.testing.assert_allclose(gradient(), expected, rtol=1e-12)
