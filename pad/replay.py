@@ -27,6 +27,12 @@ from pad.kernel import checks
 
 __all__ = ["Recording", "done", "left_as_filled", "quiet_span", "recording"]
 
+HOST_PASSES: list[
+    Callable[[list[Callable[[], Any]], list[bool]], tuple[list[Callable[[], Any]], list[bool]]]
+] = []
+"""Passes over each run of host entries (with their ``quiet`` flags) before its first replay: pad/parallel/driver.py
+adds the one that runs consecutive CPU launches, copies and fills as one compiled program."""
+
 _current: contextvars.ContextVar[Recording | None] = contextvars.ContextVar("pad_replay", default=None)
 _span: contextvars.ContextVar[object | None] = contextvars.ContextVar("pad_replay_span", default=None)
 
@@ -168,13 +174,17 @@ class Recording:
                 )
 
     def _split(self) -> list[Run]:
-        """The entries in runs of consecutive ones alike: CuPy work (captured) or not (run in Python)."""
+        """The entries in runs of consecutive ones alike: CuPy work (captured) or not (run in Python, as the
+        ``HOST_PASSES`` leave them)."""
         runs: list[Run] = []
         for entry, quiet, device in zip(self.entries, self.quiet, self.device, strict=True):
             if not runs or runs[-1].device != device:
                 runs.append(Run(device))
             runs[-1].entries.append(entry)
             runs[-1].quiet.append(quiet)
+        for run in runs:
+            for host_pass in HOST_PASSES if not run.device else ():
+                run.entries, run.quiet = host_pass(run.entries, run.quiet)
         return runs
 
     def _capture(self, entries: list[Callable[[], Any]]) -> Any:

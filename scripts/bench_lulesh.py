@@ -178,6 +178,8 @@ def cycle_ratio(size: int, threads: int, after: int = 0, cycles: int = 5, rounds
     fault check), on one state that both advance. Wall-clock seconds per cycle, the best round and the median
     one of each; neighbouring rounds see the same machine load, which on a shared host moves the runs of
     separate processes by more than the code does."""
+    from pad.parallel import driver
+
     hydro, state, step = _recorded_gradient(size, threads, after)
     t = after + 4
     laps: dict[str, list[float]] = {"primal": [], "gradient": []}
@@ -197,6 +199,7 @@ def cycle_ratio(size: int, threads: int, after: int = 0, cycles: int = 5, rounds
         "size": size,
         "threads": threads,
         "after": after,
+        "driver": driver.ENABLED,
         "moving_nodes": moving_nodes(hydro, state),
         "cycles": cycles,
         "rounds": rounds,
@@ -216,10 +219,12 @@ def launch_profile(
     time (other work on the machine does not count there), the best of ``rounds`` runs of ``cycles`` cycles.
 
     The cycles run as ``Hydro.advance`` runs those after the first: the time increment and the
-    differentiated leap-frog step (``StepGradient``) replayed (``pad.graph``). Each launcher (numba's
-    dispatch included) is wrapped by a timer; so are the work on arrays between launches, by kind: the
-    plans' validations (index arrays compared with their copies), the sums of private buffers, the tape's
-    zeroed shadows and its copies of kept values. What is left is Python: the replays' loops, the launches'
+    differentiated leap-frog step (``StepGradient``) replayed (``pad.graph``). The compiled work is wrapped by
+    a timer: each launcher (numba's dispatch included) and, where the replay's driver runs consecutive
+    launches, copies and fills as one program (pad/parallel/driver.py), each program; so are the plans'
+    validations (index arrays compared with their copies) and, where entries run from Python (the driver
+    off), the work on arrays between launches by kind: the sums of private buffers, the tape's zeroed
+    shadows and its copies of kept values. What is left is Python: the replays' loops, the launches'
     arguments, buffers and plan look-ups, the graph's argument check, the fault check. (A profiler would not
     tell these apart: on Python 3.12 cProfile does not see numba's compiled functions, and counts their
     time in their Python callers.)"""
@@ -227,27 +232,31 @@ def launch_profile(
     from apps.lulesh import adjoint
     from apps.lulesh import kernels as K
     from pad import arrays
-    from pad.parallel import cpu, plans
+    from pad.parallel import cpu, driver, plans
 
     spent: dict[str, list[float]] = {}  # what -> [calls, CPU seconds]
 
-    def timed(fn: Any, what: str) -> Any:
+    def timed(fn: Any, what: str, calls: Any = lambda *args: 1) -> Any:
         def run(*args: Any) -> Any:
             cpu_begin = time.thread_time()
             try:
                 return fn(*args)
             finally:
                 entry = spent.setdefault(what, [0, 0.0])
-                entry[0] += 1
+                entry[0] += calls(*args)
                 entry[1] += time.thread_time() - cpu_begin
 
         return run
 
-    # before the step is recorded: a replay calls what the record bound then
-    arrays.zero = timed(arrays.zero, "tape: zeroed shadows")  # type: ignore[method-assign]
-    arrays.assign = timed(arrays.assign, "tape: copies of kept values")  # type: ignore[method-assign]
+    # before the step is recorded: a replay calls what the record bound then (the driver drives only
+    # arrays.assign and arrays.zero themselves: wrapped, the copies and fills would run from Python)
+    if not driver.ENABLED:
+        arrays.zero = timed(arrays.zero, "tape: zeroed shadows")  # type: ignore[method-assign]
+        arrays.assign = timed(arrays.assign, "tape: copies of kept values")  # type: ignore[method-assign]
     plans._same = timed(plans._same, "plans: validations")  # type: ignore[attr-defined]
     cpu._reduce = timed(cpu._reduce, "private buffers' sums")  # type: ignore[attr-defined]
+    launches_in = lambda table: int((table[:, 0] == driver.LAUNCH).sum())  # noqa: E731
+    driver._drive = timed(driver._drive, "launchers", launches_in)  # type: ignore[attr-defined]
     hydro, state, step = _recorded_gradient(size, threads, after)
     for k in [*vars(K).values(), adjoint.k_copy]:
         for variant in getattr(k, "_variants", {}).values():
@@ -276,11 +285,12 @@ def launch_profile(
             "size": size,
             "threads": threads,
             "after": after,
+            "driver": driver.ENABLED,
             "cycle_s": wall,
             "cycle_cpu_s": total,
-            "launchers_cpu_s": launchers,
-            "launcher_calls": calls,
-            "outside_s": outside,  # the calling thread's CPU time outside the launchers
+            "launchers_cpu_s": launchers,  # and the driver's programs
+            "launcher_calls": calls,  # launches, from Python or in programs
+            "outside_s": outside,  # the calling thread's CPU time outside the launchers and programs
             "outside_fraction": outside / total,
             "outside_us_per_call": outside / calls * 1e6,
             "outside_by_kind_s": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
@@ -336,6 +346,11 @@ def main() -> None:
         help="--per-cycle and --launches start after this many primal cycles (default 0)",
     )
     p.add_argument(
+        "--no-driver",
+        action="store_true",
+        help="--per-cycle and --launches with each replayed entry run from Python (pad/parallel/driver.py)",
+    )
+    p.add_argument(
         "--json",
         "--out",
         dest="json",
@@ -343,6 +358,10 @@ def main() -> None:
         help="where the JSON goes",
     )
     args = p.parse_args()
+    if args.no_driver:
+        from pad.parallel import driver
+
+        driver.ENABLED = False
     scratch = tempfile.mkdtemp(prefix="lulesh-original-")
     original = args.original or (
         build_original(args.build_original, scratch) if args.build_original else None

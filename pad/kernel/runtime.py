@@ -83,21 +83,23 @@ def call_chunk(typingctx: Any, address: Any, *args: Any) -> Any:
 
 
 @intrinsic
-def words_at(typingctx: Any, address: Any) -> Any:
-    """The int64 at ``address`` as a one-element array that owns nothing."""
-    if not isinstance(address, types.Integer):
+def array_at(typingctx: Any, address: Any, count: Any, dtype: Any) -> Any:
+    """The ``count`` elements of ``dtype`` (a NumPy scalar type) at ``address`` (an int64), as a C-ordered
+    array that owns nothing."""
+    if not isinstance(address, types.Integer) or not isinstance(count, types.Integer):
         return None
-    array_type = types.Array(types.int64, 1, "C")
+    array_type = types.Array(dtype.dtype, 1, "C")
 
     def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
         array = make_array(array_type)(context, builder)
-        item = context.get_constant(types.intp, 8)
-        data = builder.inttoptr(llargs[0], context.get_data_type(types.int64).as_pointer())
-        one = context.get_constant(types.intp, 1)
-        populate_array(array, data=data, shape=[one], strides=[item], itemsize=item, meminfo=None)
+        data_type = context.get_data_type(dtype.dtype)
+        item = context.get_constant(types.intp, context.get_abi_sizeof(data_type))
+        data = builder.inttoptr(llargs[0], data_type.as_pointer())
+        size = context.cast(builder, llargs[1], count, types.intp)
+        populate_array(array, data=data, shape=[size], strides=[item], itemsize=item, meminfo=None)
         return array._getvalue()
 
-    return array_type(address), codegen
+    return array_type(address, count, dtype), codegen
 
 
 @intrinsic
@@ -176,6 +178,9 @@ def run_chunks(typingctx: Any, nchunks: Any, waves: Any, *params: Any) -> Any:
         record_type = _guarded([w.type for w in words])
         with builder.goto_entry_block():  # not zeroed: cgutils.alloca_once's would run in every chunk's call
             record = builder.alloca(record_type)
+        # the record's size, in the guard's first word: a replay's driver copies the record (``RECORD_SIZE``)
+        size = ir.Constant(ir.IntType(64), context.get_abi_sizeof(record_type))
+        builder.store(size, builder.bitcast(record, ir.IntType(64).as_pointer()))
         for k, word in enumerate(words, 1):
             builder.store(word, cgutils.gep_inbounds(builder, record, 0, k))
         unpack = _chunk_call(context, builder.module, builder.function, params, record_type)
@@ -201,11 +206,14 @@ def _record_words(context: Any, builder: Any, param: Any, value: Any) -> list:
 
 
 LINE_BYTES = 64  # a cache line
+RECORD_SIZE = 0  # the word of a ``run_chunks`` record that holds its size in bytes
+RECORD_CHUNK = LINE_BYTES // 8 + 1  # and the word of the launcher's ``_c``, after the guard and ``_run``
 
 
 def _guarded(fields: list) -> Any:
-    """The record's type: ``fields`` between two cache lines' worth of bytes that nothing writes, so that no
-    line of the record holds anything else of the launcher's stack (or of the calls below it)."""
+    """The record's type: ``fields`` between two cache lines' worth of bytes that nothing writes while its
+    chunks run (the first word holds the record's size, written with the fields), so that no line of the
+    record holds anything else of the launcher's stack (or of the calls below it)."""
     guard = ir.ArrayType(ir.IntType(8), LINE_BYTES)
     return ir.LiteralStructType([guard, *fields, guard])
 

@@ -16,6 +16,7 @@ import numpy as np
 from pad import arrays, replay, tape
 from pad.kernel import Kernel, KernelSyntaxError, Variant, checks
 from pad.parallel import cpu, plans
+from pad.parallel import driver as driver  # adds its pass over replays' host entries (replay.HOST_PASSES)
 
 __all__ = ["LaunchAccess", "LaunchRecord", "launch", "launch_stats"]
 

@@ -124,17 +124,39 @@ def _run_chunks(chunk: int, record: int, nchunks: int, waves: int) -> None:
     chunks ``0 .. nchunks - 1`` of each wave in turn, the chunks of a wave in parallel (``RUNNERS``)."""
     # numba's parallel loop hands its threads an array by its data pointer, a number by a pointer to it:
     # as an array, the record is one dependent load nearer to the threads that read it.
-    words: np.ndarray = runtime.words_at(record)  # type: ignore[call-arg]  # an intrinsic: typingctx first
+    words: np.ndarray = runtime.array_at(record, 1, np.int64)  # type: ignore[call-arg]  # typingctx first
     for w in range(waves):
         for c in prange(nchunks):  # np.int64: numba makes a prange index uint64 in the loop it lowers it to
             runtime.call_chunk(chunk, runtime.address_of(words), np.int64(c), w)
+
+
+MAILBOX_WORDS = 8
+"""A captured launch's mailbox (``_capture``): its capacity in bytes, then the chunks' function, the record's
+address in the mailbox, the chunks, the waves and the record's size; the record's copy after these words."""
+
+
+def _capture(chunk: int, record: int, nchunks: int, waves: int) -> None:
+    """A chunks runner that runs none: it copies the launcher's record (``runtime.run_chunks``) and what the
+    launcher passed with it into the mailbox (``MAILBOX_WORDS``) at the address the launcher was given as
+    its ``_c``. How a replay's driver (pad/parallel/driver.py) gets a launch's chunks and arguments."""
+    words: np.ndarray = runtime.array_at(record, runtime.RECORD_CHUNK + 1, np.int64)  # type: ignore[call-arg]
+    size, mailbox = words[runtime.RECORD_SIZE], words[runtime.RECORD_CHUNK]
+    box: np.ndarray = runtime.array_at(mailbox, MAILBOX_WORDS, np.int64)  # type: ignore[call-arg]
+    copy = mailbox + 8 * MAILBOX_WORDS
+    box[1], box[2], box[3], box[4], box[5] = chunk, copy, nchunks, waves, size
+    if size <= box[0]:
+        runtime.array_at(copy, size, np.uint8)[:] = runtime.array_at(record, size, np.uint8)  # type: ignore[call-arg]
 
 
 # Every CPU launch runs its chunks by one of these, compiled once: numba lowers a parallel loop slowly, once
 # per function. PAD_DEBUG launches run their chunks one after another: an exception raised in a parallel
 # loop would be lost.
 _serial_runner, _parallel_runner = runtime.serial_and_parallel(_run_chunks)
-RUNNERS = {"parallel": _parallel_runner, "serial": _serial_runner}
+RUNNERS = {
+    "parallel": _parallel_runner,
+    "serial": _serial_runner,
+    "capture": numba.njit(cache=True)(_capture),
+}
 _RUNNER_ADDRESSES: dict[str, int] = {}
 
 
@@ -162,6 +184,8 @@ class Launch:
         "bases",
         "buffers",
         "call",
+        "captured",
+        "claimed",
         "extras",
         "n",
         "nact",
@@ -199,15 +223,14 @@ class Launch:
         self.private: list[bool] = []  # per base, whether the plan accumulates it into private buffers
         # per base, the buffer the launcher takes: none (``_no_buffer``) or a kept one; None: one from SPARE
         self.buffers: list[np.ndarray | None] = []
+        self.captured: np.ndarray | None = None  # the mailbox of ``capture``, until bound anew
+        self.claimed: np.ndarray | None = None  # a launch by a plan: its claim counters (``runtime.claim``)
         self.slots = 0  # the private buffers' copies of their base
 
     def __call__(self) -> np.ndarray:
         """Run the launch; returns the adjoints of active scalars (adjoint mode)."""
-        variant, n = self.variant, self.n
-        threads = numba.get_num_threads()
-        plan = plans.plan(variant, n, self.args) if self.planned else None
-        if threads != self.threads or plan is not self.plan:
-            self._bind(threads, plan)
+        variant = self.variant
+        self.prepare(numba.get_num_threads())
         call = self.call
         buffers: list[np.ndarray] = []
         outputs = np.zeros((self.slots, self.nact)) if self.nact else _NO_OUTPUTS
@@ -233,10 +256,45 @@ class Launch:
             plans.forget(self.stored)
         return outputs.sum(axis=0) if self.nact else _NO_SUMS
 
+    def prepare(self, threads: int) -> None:
+        """Bind the launcher's arguments for ``threads`` threads and the launch's plan (a cached one validated
+        against its index arrays), unless they are bound already."""
+        plan = plans.plan(self.variant, self.n, self.args) if self.planned else None
+        if threads != self.threads or plan is not self.plan:
+            self._bind(threads, plan)
+
+    def capture(self) -> np.ndarray | None:
+        """The bound launch as a replay's driver runs it (``MAILBOX_WORDS``): the launcher called with
+        ``_capture`` for its chunks runner, its buffers kept. None where the driver cannot run it: a checked
+        launch (PAD_DEBUG), one that returns active scalars' sums, one with buffers from ``SPARE``."""
+        if self.captured is not None:
+            return self.captured
+        if self.variant.sites is not None or self.nact or any(b is None for b in self.buffers):
+            return None
+        call = [*self.call[3:], *(self.buffers if self.planned else ())]
+        # a word per number, three per array's dimension: room enough unless tuples are passed, then again
+        capacity = 8 * (2 * MAILBOX_WORDS + sum(1 + 2 * getattr(a, "ndim", 0) for a in call))
+        while True:
+            box = np.zeros(MAILBOX_WORDS + -(-capacity // 8), np.int64)
+            box[0] = capacity
+            self.variant.launcher(runner_address("capture"), box.ctypes.data, 0, *call)
+            if box[5] <= capacity:
+                self.captured = box
+                return box
+            capacity = int(box[5])
+
+    def sums(self) -> list[tuple[np.ndarray, np.ndarray]]:
+        """The bound launch's kept private buffers with the arrays they are summed into, after it runs."""
+        return [
+            (base, b)
+            for base, b, own in zip(self.bases, self.buffers, self.private, strict=True)
+            if own and b is not None
+        ]
+
     def _bind(self, threads: int, plan: plans.Plan | None) -> None:
         """Work out the launcher's arguments for ``threads`` threads and ``plan``."""
         n, args, extras = self.n, self.args, self.extras
-        self.threads, self.plan = threads, plan
+        self.threads, self.plan, self.captured = threads, plan, None
         run = (runner_address("serial" if self.variant.sites is not None else "parallel"), 0, 0)
         if plan is None:
             chunks = max(1, min(threads, n))
@@ -260,7 +318,7 @@ class Launch:
         chunks = max(1, min(threads, slots))
         values = {"_slots": slots, "_order": plan.order, "_segs": plan.segs, "_colours": plan.colours}
         claims = (len(plan.colours) - 1) * chunks  # a counter per colour and chunk, zeroed by the launcher
-        values["_claimed"] = np.zeros(claims, np.int64)
+        values["_claimed"] = self.claimed = np.zeros(claims, np.int64)
         self.call = [
             *run,
             *ordered(head("cpu", planned=True), _n=n, _nchunks=chunks, **values),

@@ -224,8 +224,11 @@ def test_private_copies_of_small_arrays_sit_on_lines_of_their_own():
 
 def test_a_replayed_launch_keeps_its_small_private_buffers_and_sums_them_right(monkeypatch):
     """A replayed adjoint keeps its small private buffers from call to call (it takes none from the pool), each
-    sum leaving them zero; after a launcher that failed part way, the next call starts from fresh ones."""
-    from pad.parallel import cpu
+    sum leaving them zero; after a launcher that failed part way, the next call starts from fresh ones. (Each
+    launch replayed from Python: tests/unit/test_driver.py replays them by the compiled driver.)"""
+    from pad.parallel import cpu, driver
+
+    monkeypatch.setattr(driver, "ENABLED", False)
 
     rng = np.random.default_rng(5)
     x, seed = rng.uniform(-1, 1, 5000), rng.uniform(0.5, 1.5, 5000)
