@@ -212,6 +212,59 @@ def cycle_ratio(size: int, threads: int, after: int = 0, cycles: int = 5, rounds
     }
 
 
+def driver_study(size: int, threads: int, after: int = 0, cycles: int = 5, rounds: int = 9) -> dict[str, Any]:
+    """The per-cycle primal and gradient with the replays' compiled driver (pad/parallel/driver.py) and
+    without it, in one process: two LULESHs recorded one way each, advanced alternately, ``rounds`` times
+    ``cycles`` primal then ``cycles`` gradient cycles each (the first round warms them). Wall-clock seconds
+    per cycle, best and median rounds."""
+    from pad.parallel import driver
+
+    runs, before = {}, driver.ENABLED
+    for on in (True, False):
+        driver.ENABLED = on  # read when a record is first replayed
+        hydro, state, step = _recorded_gradient(size, threads, after)
+        for _ in range(2):  # the primal step recorded, then replayed once
+            hydro.later_increment(state)
+            hydro.replayed_leapfrog(state)
+        runs["driver" if on else "no_driver"] = (hydro, state, step)
+    driver.ENABLED = before
+    laps: dict[tuple[str, str], list[float]] = {}
+    t = after + 5
+    for _ in range(rounds + 1):
+        for name, (hydro, state, step) in runs.items():
+            for what, leapfrog in (("primal", hydro.replayed_leapfrog), ("gradient", step)):
+                begin = time.perf_counter()
+                for _ in range(cycles):
+                    hydro.later_increment(state)
+                    leapfrog(state)
+                    hydro.check(t)
+                    t += 1
+                laps.setdefault((name, what), []).append((time.perf_counter() - begin) / cycles)
+    result: dict[str, Any] = {
+        "size": size,
+        "threads": threads,
+        "after": after,
+        "cycles": cycles,
+        "rounds": rounds,
+    }
+    for name in runs:
+        best = {what: min(laps[(name, what)][1:]) for what in ("primal", "gradient")}
+        median = {what: float(np.median(laps[(name, what)][1:])) for what in ("primal", "gradient")}
+        hydro, _, step = runs[name]
+        records = [*step.replayed._records.values(), *hydro.replayed_leapfrog._records.values()]
+        result[name] = {
+            "programs": sum(
+                isinstance(e, driver.Program) for r in records for run in r._runs for e in run.entries
+            ),
+            "primal_cycle_s": best["primal"],
+            "gradient_cycle_s": best["gradient"],
+            "ratio": best["gradient"] / best["primal"],
+            "primal_median_s": median["primal"],
+            "gradient_median_s": median["gradient"],
+        }
+    return result
+
+
 def launch_profile(
     size: int, threads: int, after: int = 0, cycles: int = 5, rounds: int = 3
 ) -> dict[str, Any]:
@@ -346,6 +399,11 @@ def main() -> None:
         help="--per-cycle and --launches start after this many primal cycles (default 0)",
     )
     p.add_argument(
+        "--driver-study",
+        action="store_true",
+        help="also time the per-cycle primal and gradient with the replays' driver and without, in one process",
+    )
+    p.add_argument(
         "--no-driver",
         action="store_true",
         help="--per-cycle and --launches with each replayed entry run from Python (pad/parallel/driver.py)",
@@ -409,6 +467,11 @@ def main() -> None:
         for threads in args.threads:
             study = cycle_ratio(size, threads, args.after)
             result.setdefault("per_cycle", []).append(study)
+            print(json.dumps(study), flush=True)
+    for size, _ in args.cases if args.driver_study else []:
+        for threads in args.threads:
+            study = driver_study(size, threads, args.after)
+            result.setdefault("driver", []).append(study)
             print(json.dumps(study), flush=True)
     for size, _ in args.cases if args.launches else []:
         for threads in args.threads:

@@ -36,15 +36,17 @@ LAUNCH, SUM, COPY, FILL, NOTHING = range(5)
 - LAUNCH: chunks' function, record, chunks, waves, claim counters' address and count (zeroed first);
 - SUM: array's address and size, private buffer's address, rows, row length, dtype (``SUMMED``);
 - COPY: destination, source, bytes, whether in parallel;
-- FILL (with zeros): destination, bytes, whether in parallel."""
+- FILL (with zeros): destination, bytes, whether in parallel;
+- NOTHING: a launch's row for a private buffer it does not have as bound now."""
 WIDTH = 8
+ENABLED = True  # False: replays redo each entry from Python (to compare the two)
+BLOCK_BYTES = 1 << 16  # what one thread copies or fills at a time
+
 # runtime's intrinsics, typed as numba calls them (numba's typing context first: mypy would want it here)
 _array_at: Any = runtime.array_at
 _address_of: Any = runtime.address_of
 _call_chunk: Any = runtime.call_chunk
 _nonnegative: Any = runtime.nonnegative
-ENABLED = True  # False: replays redo each entry from Python (to compare the two)
-BLOCK_BYTES = 1 << 16  # what one thread copies or fills at a time
 
 
 @njit(cache=True)

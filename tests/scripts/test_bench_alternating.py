@@ -7,7 +7,8 @@ import pytest
 
 from apps.minibude.deck import synthetic_deck
 from apps.minibude.driver import Docking
-from scripts.bench_lulesh import cycle_ratio
+from pad.parallel import driver
+from scripts.bench_lulesh import cycle_ratio, driver_study
 from scripts.bench_minibude import alternate
 
 
@@ -32,6 +33,20 @@ def test_luleshs_per_cycle_ratio(one_thread):
     assert (row["size"], row["threads"], row["cycles"], row["rounds"]) == (3, 1, 2, 3)
     row |= {"primal_s": row["primal_cycle_s"], "gradient_s": row["gradient_cycle_s"]}
     _best_and_median(row, "primal", "gradient")
+
+
+def test_luleshs_cycles_with_the_driver_and_without(one_thread):
+    """Both LULESHs report their cycles; only the one recorded with the driver replays by programs."""
+    row = driver_study(3, 1, cycles=2, rounds=3)
+    assert row["driver"]["programs"] > 0 and row["no_driver"]["programs"] == 0 and driver.ENABLED
+    for name in ("driver", "no_driver"):
+        times = row[name] | {
+            "primal_s": row[name]["primal_cycle_s"],
+            "gradient_s": row[name]["gradient_cycle_s"],
+        }
+        assert 0 < times["primal_s"] <= times["primal_median_s"]
+        assert 0 < times["gradient_s"] <= times["gradient_median_s"]
+        assert times["ratio"] == pytest.approx(times["gradient_s"] / times["primal_s"])
 
 
 def test_minibudes_alternating_ratio(one_thread):
