@@ -374,6 +374,42 @@ def cpu_lulesh_per_cycle() -> list[str]:
     return [*_table(header, rows), *_caption(*recs)]
 
 
+def cpu_lulesh_driver() -> list[str]:
+    """LULESH's per-cycle primal and gradient with the replays' compiled driver and without, two LULESHs in
+    one process advanced alternately (``bench_lulesh.py --driver-study``): best rounds, per run, case and
+    thread count."""
+    recs = _load("cpu-lulesh-driver-*.json")
+    rows = [
+        [
+            rec["date"],
+            rec["commit"],
+            f"-s {p['size']}",
+            str(p["threads"]),
+            _ms(p["driver"]["primal_cycle_s"]),
+            _ms(p["no_driver"]["primal_cycle_s"]),
+            _ms(p["driver"]["gradient_cycle_s"]),
+            _ms(p["no_driver"]["gradient_cycle_s"]),
+            f"{p['driver']['ratio']:.2f}x",
+            f"{p['no_driver']['ratio']:.2f}x",
+        ]
+        for rec in recs
+        for p in rec["result"]["driver"]
+    ]
+    header = [
+        "run",
+        "commit",
+        "case",
+        "threads",
+        "primal, driver",
+        "primal, from Python",
+        "gradient, driver",
+        "gradient, from Python",
+        "ratio, driver",
+        "ratio, from Python",
+    ]
+    return [*_table(header, rows), *_caption(*recs)]
+
+
 def cpu_lulesh_launches() -> list[str]:
     """Where a per-cycle gradient's time goes outside the compiled launchers (``bench_lulesh.py
     --launches``), as the calling thread's CPU time: per case and thread count, then split by kind."""
@@ -841,6 +877,7 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "lulesh-inverse": lulesh_inverse,
     "minibude-optimize": minibude_optimize,
     "lulesh": lulesh,
+    "cpu-lulesh-driver": cpu_lulesh_driver,
     "cpu-lulesh-launches": cpu_lulesh_launches,
     "cpu-lulesh-per-cycle": cpu_lulesh_per_cycle,
     "cpu-lulesh-plans": cpu_lulesh_plans,
