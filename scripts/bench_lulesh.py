@@ -171,6 +171,17 @@ def moving_nodes(hydro: Any, state: Any) -> float:
     return float(np.count_nonzero((xv[3:6] != 0.0).any(axis=0)) / xv.shape[1])
 
 
+def _lap(hydro: Any, state: Any, leapfrog: Any, cycles: int, t: int) -> float:
+    """Seconds per cycle of ``cycles`` cycles from cycle ``t``, each as ``Hydro.advance`` runs those after the
+    first: the time increment, ``leapfrog`` (a replayed primal or differentiated step), the fault check."""
+    begin = time.perf_counter()
+    for k in range(cycles):
+        hydro.later_increment(state)
+        leapfrog(state)
+        hydro.check(t + k)
+    return (time.perf_counter() - begin) / cycles
+
+
 def cycle_ratio(size: int, threads: int, after: int = 0, cycles: int = 5, rounds: int = 7) -> dict[str, Any]:
     """The per-cycle gradient against the primal cycle in one process, alternating: ``rounds`` times, ``cycles``
     primal cycles then ``cycles`` gradient cycles (each as ``Hydro.advance`` runs those after the first: the
@@ -185,13 +196,8 @@ def cycle_ratio(size: int, threads: int, after: int = 0, cycles: int = 5, rounds
     laps: dict[str, list[float]] = {"primal": [], "gradient": []}
     for _ in range(rounds + 1):  # the first round warms the primal's replay
         for name, leapfrog in (("primal", hydro.replayed_leapfrog), ("gradient", step)):
-            begin = time.perf_counter()
-            for _ in range(cycles):
-                hydro.later_increment(state)
-                leapfrog(state)
-                hydro.check(t)
-                t += 1
-            laps[name].append((time.perf_counter() - begin) / cycles)
+            laps[name].append(_lap(hydro, state, leapfrog, cycles, t))
+            t += cycles
     assert step.replayed.why is None and hydro.replayed_leapfrog.why is None
     best = {name: min(v[1:]) for name, v in laps.items()}
     median = {name: float(np.median(v[1:])) for name, v in laps.items()}
@@ -233,13 +239,8 @@ def driver_study(size: int, threads: int, after: int = 0, cycles: int = 5, round
     for _ in range(rounds + 1):
         for name, (hydro, state, step) in runs.items():
             for what, leapfrog in (("primal", hydro.replayed_leapfrog), ("gradient", step)):
-                begin = time.perf_counter()
-                for _ in range(cycles):
-                    hydro.later_increment(state)
-                    leapfrog(state)
-                    hydro.check(t)
-                    t += 1
-                laps.setdefault((name, what), []).append((time.perf_counter() - begin) / cycles)
+                laps.setdefault((name, what), []).append(_lap(hydro, state, leapfrog, cycles, t))
+                t += cycles
     result: dict[str, Any] = {
         "size": size,
         "threads": threads,
