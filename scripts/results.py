@@ -351,7 +351,7 @@ def cpu_lulesh_per_cycle() -> list[str]:
         [
             rec["date"],
             rec["commit"],
-            f"-s {p['size']}",
+            f"-s {p['size']}" + (f", after {p['after']} cycles" if p.get("after") else ""),
             str(p["threads"]),
             _ms(p["primal_cycle_s"]),
             _ms(p["gradient_cycle_s"]),
