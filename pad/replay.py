@@ -182,8 +182,8 @@ class Recording:
                 runs.append(Run(device))
             runs[-1].entries.append(entry)
             runs[-1].quiet.append(quiet)
-        for run in runs:
-            for host_pass in HOST_PASSES if not run.device else ():
+        for run in (r for r in runs if not r.device):
+            for host_pass in HOST_PASSES:
                 run.entries, run.quiet = host_pass(run.entries, run.quiet)
         return runs
 

@@ -309,7 +309,10 @@ def launch_profile(
         arrays.assign = timed(arrays.assign, "tape: copies of kept values")  # type: ignore[method-assign]
     plans._same = timed(plans._same, "plans: validations")  # type: ignore[attr-defined]
     cpu._reduce = timed(cpu._reduce, "private buffers' sums")  # type: ignore[attr-defined]
-    launches_in = lambda table: int((table[:, 0] == driver.LAUNCH).sum())  # noqa: E731
+
+    def launches_in(table: np.ndarray) -> int:
+        return int((table[:, 0] == driver.LAUNCH).sum())
+
     driver._drive = timed(driver._drive, "launchers", launches_in)  # type: ignore[attr-defined]
     hydro, state, step = _recorded_gradient(size, threads, after)
     for k in [*vars(K).values(), adjoint.k_copy]:

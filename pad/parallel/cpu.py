@@ -263,13 +263,19 @@ class Launch:
         if threads != self.threads or plan is not self.plan:
             self._bind(threads, plan)
 
+    @property
+    def drivable(self) -> bool:
+        """Whether a replay's driver may run this launch (pad/parallel/driver.py): not a checked one
+        (PAD_DEBUG, whose chunks run one after another), nor one that returns active scalars' sums."""
+        return self.variant.sites is None and not self.nact
+
     def capture(self) -> np.ndarray | None:
         """The bound launch as a replay's driver runs it (``MAILBOX_WORDS``): the launcher called with
-        ``_capture`` for its chunks runner, its buffers kept. None where the driver cannot run it: a checked
-        launch (PAD_DEBUG), one that returns active scalars' sums, one with buffers from ``SPARE``."""
+        ``_capture`` for its chunks runner, its buffers kept. None where the driver cannot run it: one not
+        ``drivable``, or bound with buffers from ``SPARE``."""
         if self.captured is not None:
             return self.captured
-        if self.variant.sites is not None or self.nact or any(b is None for b in self.buffers):
+        if not self.drivable or any(b is None for b in self.buffers):
             return None
         call = [*self.call[3:], *(self.buffers if self.planned else ())]
         # a word per number, three per array's dimension: room enough unless tuples are passed, then again

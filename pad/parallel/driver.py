@@ -207,17 +207,11 @@ class Program:
         claimed = launch.claimed
         count = 0 if claimed is None else claimed.shape[0]
         self.table[first] = _row(LAUNCH, *box[1:5], 0 if claimed is None else claimed.ctypes.data, count)
-        for k in range(len(launch.bases)):
-            base_buffer = sums[k] if k < len(sums) else None
-            if base_buffer is None:
-                self.table[first + 1 + k] = _row(NOTHING)
-                continue
-            base, buffer = base_buffer
+        self.table[first + 1 : first + 1 + len(launch.bases)] = _row(NOTHING)
+        for k, (base, buffer) in enumerate(sums, first + 1):
             rows = buffer.reshape(buffer.shape[0], -1)
             code = SUMMED.index(base.dtype.type)
-            self.table[first + 1 + k] = _row(
-                SUM, base.ctypes.data, base.size, rows.ctypes.data, *rows.shape, code
-            )
+            self.table[k] = _row(SUM, base.ctypes.data, base.size, rows.ctypes.data, *rows.shape, code)
         return box
 
 
@@ -225,7 +219,7 @@ def grouped(
     entries: list[Callable[[], Any]], quiet: list[bool]
 ) -> tuple[list[Callable[[], Any]], list[bool]]:
     """``entries`` (with their ``quiet`` flags) with each run of two or more consecutive quiet ones that a
-    ``Program`` can drive made one. None under PAD_DEBUG, whose launches check their accesses one by one."""
+    ``Program`` can drive made one; none under PAD_DEBUG, whose launches check their accesses one by one."""
     if checks.enabled() or not ENABLED:
         return entries, quiet
     out: list[Callable[[], Any]] = []
@@ -245,10 +239,8 @@ def grouped(
 
     for entry, q in zip(entries, quiet, strict=True):
         launch = _launch_of(entry)
-        drivable = q and (launch is not None or _memory_op(entry) is not None)
-        if launch is not None and (launch.variant.sites is not None or launch.nact):
-            drivable = False
-        if not drivable:
+        drivable = launch.drivable if launch is not None else _memory_op(entry) is not None
+        if not (q and drivable):
             close()
             out.append(entry)
             out_quiet.append(q)
