@@ -381,11 +381,19 @@ BLOCKS_PER_COLOUR = 16
 """A colour's blocks are the units its threads share, so a colouring of blocks is taken where its colours
 have this many blocks each, or a multiple (within ``BALANCE``): then 1, 2, 4, 8 or 16 threads share every
 colour evenly (16 threads running a colour of 21 blocks would wait for the five that run two). Of such
-colourings the one of the largest blocks is taken: large blocks keep the adjoint near its time in launch
-order (the nodes a colour's blocks share with the others' are read again when those run; docs/benchmarks.md,
-"In the code"). The block counts tried are ``BLOCKS_PER_COLOUR`` times 1, 2, 3, ... (a structured mesh's
-blocks take their colours in turn, so ``k`` colours of ``BLOCKS_PER_COLOUR * k`` blocks come out even), then
-doubling; where none is even, single launch indices are coloured."""
+colourings with ``CLAIMED_BLOCKS`` blocks a colour the one of the largest blocks is taken: large blocks keep
+the adjoint near its time in launch order (the nodes a colour's blocks share with the others' are read again
+when those run; docs/benchmarks.md, "In the code"). The block counts tried grow from ``CLAIMED_BLOCKS`` by
+steps of ``BLOCKS_PER_COLOUR`` or an eighth, or to ``CLAIMED_BLOCKS`` for each colour the last try took (a
+structured mesh's blocks take their colours in turn, so ``k`` colours of ``BLOCKS_PER_COLOUR * k`` blocks
+come out even); where none is even, single launch indices are coloured."""
+
+CLAIMED_BLOCKS = 64
+"""The least blocks a colour has (on average over the colours): four for each of 16 threads, so that threads
+that come free claim blocks of one whose blocks hold more of the work. An adjoint's work per launch index
+depends on its seeds (``reverse.iteration_guard`` skips those that touch no seed: LULESH's elements away from
+the blast), so its busy blocks can be a few of the mesh's, and sixteen blocks a colour left most threads of
+16 idle (docs/benchmarks.md, "Blocks for guarded adjoints")."""
 
 BALANCE = 0.9
 """The least share of a colouring's thread time spent running blocks, with ``BLOCKS_PER_COLOUR`` threads."""
@@ -402,7 +410,7 @@ def _balance(counts: np.ndarray) -> float:
 def _colour(run: Any, n: int, hot: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(order, segments, colours, slots) of a colouring: of blocks of consecutive launch indices, each block
     run in launch order (what the launch's memory accesses favour), the largest that share out evenly
-    (``BLOCKS_PER_COLOUR``); the launch indices that touch an element touched by more than ``MAX_DEGREE``
+    (``BLOCKS_PER_COLOUR``) in at least ``CLAIMED_BLOCKS`` a colour; the launch indices that touch an element touched by more than ``MAX_DEGREE``
     of them (``hot``) run last, one after the other, on one thread."""
     mask = np.where(hot, ~np.uint64(0), np.uint64(0))
     order, m = NO_ORDER, n
@@ -412,17 +420,22 @@ def _colour(run: Any, n: int, hot: np.ndarray) -> tuple[np.ndarray, np.ndarray, 
         serial = probe == SERIAL
         order = np.concatenate([np.flatnonzero(~serial), np.flatnonzero(serial)]).astype(np.int64)
         m = n - int(serial.sum())
-    times = 1
+    blocks = CLAIMED_BLOCKS
     while True:
-        block = max(1, -(-m // (BLOCKS_PER_COLOUR * times)))
+        block = max(1, -(-m // blocks))
         bounds = np.append(np.arange(0, m, block, dtype=np.int64), np.int64(m))
         colour = np.zeros(len(bounds) - 1, np.int64)
         run(1, order, bounds, mask.copy(), colour)
         used = int(colour[colour < SERIAL].max(initial=-1)) + 1
-        even = not (colour == SERIAL).any() and _balance(np.bincount(colour, minlength=used)) >= BALANCE
+        even = (
+            not (colour == SERIAL).any()
+            and len(colour) >= CLAIMED_BLOCKS * used
+            and _balance(np.bincount(colour, minlength=used)) >= BALANCE
+        )
         if block == 1 or even:
             break
-        times += 1 if times < 8 else times
+        step = BLOCKS_PER_COLOUR * max(1, blocks // (8 * BLOCKS_PER_COLOUR))
+        blocks = max(blocks + step, CLAIMED_BLOCKS * used)
     by_colour = np.argsort(colour, kind="stable")
     if block == 1:  # single launch indices: put them in colour order, those left without one last
         ordered = (np.arange(m) if order is NO_ORDER else order[:m])[by_colour]

@@ -146,11 +146,11 @@ def test_a_many_to_one_map_is_coloured():
 
 
 def test_a_structured_mesh_is_coloured_in_even_shares_of_large_blocks():
-    """A 64 x 64 mesh of quads: blocks of two rows of cells conflict only with their neighbours, so two
-    colours of 16 blocks each, which 1, 2, 4, 8 or 16 threads share evenly (blocks of a 64th of the mesh
-    would need three colours of 21 or 22)."""
+    """A 128 x 128 mesh of quads: blocks of one row of cells conflict only with the rows beside them, so two
+    colours of 64 blocks each, which 1, 2, 4, 8 or 16 threads share evenly, four blocks or more a thread
+    (blocks of half a row would need four colours)."""
     rng = np.random.default_rng(11)
-    side = 64
+    side = 128
     r, c = np.divmod(np.arange(side * side), side)
     corner = r * (side + 1) + c
     nodes = np.stack([corner, corner + 1, corner + side + 2, corner + side + 1], axis=1).astype(np.int64)
@@ -158,7 +158,7 @@ def test_a_structured_mesh_is_coloured_in_even_shares_of_large_blocks():
     seed = rng.uniform(-1, 1, n)
     dx = gradient(k_hex, n, (nodes,), x, seed)
     assert strategy("k_hex") == "coloured (2)"
-    assert plans.stats()["kernels"]["k_hex (adjoint)"]["segments"] == [16, 16]
+    assert plans.stats()["kernels"]["k_hex (adjoint)"]["segments"] == [64, 64]
     s = (x[nodes] * np.arange(1.0, 5.0)).sum(axis=1)
     expected = np.zeros_like(x)
     np.add.at(expected, nodes, (seed * np.cos(s))[:, None] * np.arange(1.0, 5.0))
