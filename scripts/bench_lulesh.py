@@ -6,9 +6,9 @@ scratch folder with the original's release flags, ``-O3 -fopenmp``, serial MPI-f
 them so that both see the same machine load, and reports each one's FOM (zones per millisecond; higher is
 faster), the ratio pad / original and the Final Origin Energy of both. ``--device gpu`` runs pad on the GPU
 too. ``--forces`` times the two ways of summing corner forces to nodes (see ``forces_study``),
-``--per-cycle`` the per-cycle gradient against the primal cycle in one process (``cycle_ratio``), and
-``--launches`` what the gradient's cycle spends outside the compiled launchers (``launch_profile``), both
-after ``--after`` primal cycles (the blast's early cycles leave most of the mesh at rest, where the adjoints
+``--per-cycle`` the per-cycle gradient against the primal cycle in one process (``cycle_ratio``),
+``--per-launcher`` each launcher of both cycles (``per_launcher``) and ``--launches`` what the gradient's
+cycle spends outside the compiled launchers (``launch_profile``), all after ``--after`` primal cycles (the blast's early cycles leave most of the mesh at rest, where the adjoints
 find zero seeds and skip their work); ``--no-runs`` leaves out the app's runs.
 
     python scripts/bench_lulesh.py --build-original /path/to/LULESH --cases 30: 45:100 --threads 1 2
@@ -359,6 +359,60 @@ def launch_profile(
     return best | {"plans": pad.launch_stats()["kernels"]}
 
 
+def per_launcher(size: int, threads: int, after: int = 0, cycles: int = 5, rounds: int = 3) -> dict[str, Any]:
+    """Each launcher's wall time per cycle in the replayed primal and gradient cycles, and the cycles' own, the
+    best of ``rounds`` runs of ``cycles`` cycles: where the gradient's time goes and, over thread counts,
+    which launches scale. The replays' driver is off here, so that each launch runs from Python and is timed
+    alone (numba's dispatch included); the cycles run as ``_lap`` runs them."""
+    from apps.lulesh import adjoint
+    from apps.lulesh import kernels as K
+    from pad.parallel import driver
+
+    spent: dict[str, float] = {}
+
+    def timed(fn: Any, name: str) -> Any:
+        def run(*args: Any) -> Any:
+            begin = time.perf_counter()
+            try:
+                return fn(*args)
+            finally:
+                spent[name] = spent.get(name, 0.0) + time.perf_counter() - begin
+
+        return run
+
+    enabled, driver.ENABLED = driver.ENABLED, False  # before the steps are recorded, which groups them
+    wrapped = []
+    try:
+        hydro, state, step = _recorded_gradient(size, threads, after)
+        for k in [*vars(K).values(), adjoint.k_copy]:
+            for variant in getattr(k, "_variants", {}).values():
+                wrapped.append((variant, variant.launcher))
+                variant.launcher = timed(variant.launcher, f"{variant.kernel} ({variant.mode})")
+        row: dict[str, Any] = {
+            "size": size,
+            "threads": threads,
+            "after": after,
+            "cycles": cycles,
+            "rounds": rounds,
+        }
+        t = after + 4
+        for name, leapfrog in (("primal", hydro.replayed_leapfrog), ("gradient", step)):
+            best: tuple[float, dict[str, float]] | None = None
+            for _ in range(rounds):
+                spent.clear()
+                cycle = _lap(hydro, state, leapfrog, cycles, t)
+                t += cycles
+                if best is None or cycle < best[0]:
+                    best = (cycle, {k: v / cycles for k, v in sorted(spent.items(), key=lambda kv: -kv[1])})
+            assert best is not None
+            row[f"{name}_cycle_s"], row[f"{name}_launchers_s"] = best
+    finally:
+        driver.ENABLED = enabled
+        for variant, launcher in wrapped:
+            variant.launcher = launcher
+    return row
+
+
 def case(text: str) -> tuple[int, int | None]:
     size, _, iterations = text.partition(":")
     return int(size), int(iterations) if iterations else None
@@ -400,7 +454,13 @@ def main() -> None:
         type=int,
         default=0,
         metavar="CYCLES",
-        help="--per-cycle and --launches start after this many primal cycles (default 0)",
+        help="--per-cycle, --per-launcher and --launches start after this many primal cycles (default 0)",
+    )
+    p.add_argument(
+        "--per-launcher",
+        action="store_true",
+        help="also time each launcher of the per-cycle primal and gradient, each launch from Python "
+        "(per case and thread count)",
     )
     p.add_argument(
         "--driver-study",
@@ -471,6 +531,11 @@ def main() -> None:
         for threads in args.threads:
             study = cycle_ratio(size, threads, args.after)
             result.setdefault("per_cycle", []).append(study)
+            print(json.dumps(study), flush=True)
+    for size, _ in args.cases if args.per_launcher else []:
+        for threads in args.threads:
+            study = per_launcher(size, threads, args.after)
+            result.setdefault("per_launcher", []).append(study)
             print(json.dumps(study), flush=True)
     for size, _ in args.cases if args.driver_study else []:
         for threads in args.threads:

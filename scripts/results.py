@@ -449,6 +449,51 @@ def cpu_lulesh_launches() -> list[str]:
     return [*_table(header, rows), "", *_table(["outside, per launcher call", *cases], split), *_caption(rec)]
 
 
+def cpu_lulesh_per_launcher() -> list[str]:
+    """Each launcher of LULESH's per-cycle primal and gradient, timed from Python (``bench_lulesh.py
+    --per-launcher``): per record and case, its time in each cycle on each thread count, and how much
+    faster the gradient cycle's runs on the most threads than on the fewest. Launchers under 1% of the
+    gradient cycle on the fewest threads are left out."""
+    out: list[str] = []
+    for rec in _load("cpu-lulesh-per-launcher-*.json"):
+        studies = rec["result"]["per_launcher"]
+        for size, after in dict.fromkeys((p["size"], p["after"]) for p in studies):
+            runs = sorted(
+                (p for p in studies if (p["size"], p["after"]) == (size, after)), key=lambda p: p["threads"]
+            )
+            few, many = runs[0], runs[-1]
+            names = [n for n, t in few["gradient_launchers_s"].items() if t >= 0.01 * few["gradient_cycle_s"]]
+            cells = [(cycle, n) for n in names for cycle in ("primal", "gradient")]
+            rows = [
+                [
+                    f"{n}, {cycle} cycle",
+                    *(_time(p[f"{cycle}_launchers_s"].get(n, 0.0)) for p in runs),
+                    f"{few[f'{cycle}_launchers_s'][n] / many[f'{cycle}_launchers_s'][n]:.1f}x"
+                    if n in few[f"{cycle}_launchers_s"] and many[f"{cycle}_launchers_s"].get(n)
+                    else "",
+                ]
+                for cycle, n in cells
+                if n in few[f"{cycle}_launchers_s"]
+            ]
+            rows += [
+                [
+                    f"{cycle} cycle",
+                    *(_time(p[f"{cycle}_cycle_s"]) for p in runs),
+                    f"{few[f'{cycle}_cycle_s'] / many[f'{cycle}_cycle_s']:.1f}x",
+                ]
+                for cycle in ("primal", "gradient")
+            ]
+            case = f"-s {size}" + (f", after {after} cycles" if after else ", cycle 4")
+            header = [
+                case,
+                *(f"{p['threads']} thr." for p in runs),
+                f"{few['threads']} -> {many['threads']} thr.",
+            ]
+            out += [*_table(header, rows), ""]
+        out += [*_caption(rec)[1:], ""]
+    return out[:-1]
+
+
 def cpu_lulesh_plans() -> list[str]:
     """Scatter adjoints by plans against privatization, side by side in one run: LULESH's per-cycle gradient
     and primal, and miniBUDE bm1's gradient wrt the protein against its energies."""
@@ -880,6 +925,7 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "lulesh": lulesh,
     "cpu-lulesh-driver": cpu_lulesh_driver,
     "cpu-lulesh-launches": cpu_lulesh_launches,
+    "cpu-lulesh-per-launcher": cpu_lulesh_per_launcher,
     "cpu-lulesh-per-cycle": cpu_lulesh_per_cycle,
     "cpu-lulesh-plans": cpu_lulesh_plans,
     "tasks": tasks,

@@ -5,10 +5,11 @@ from __future__ import annotations
 import numba
 import pytest
 
+from apps.lulesh import kernels
 from apps.minibude.deck import synthetic_deck
 from apps.minibude.driver import Docking
 from pad.parallel import driver
-from scripts.bench_lulesh import cycle_ratio, driver_study
+from scripts.bench_lulesh import cycle_ratio, driver_study, per_launcher
 from scripts.bench_minibude import alternate
 
 
@@ -47,6 +48,21 @@ def test_luleshs_cycles_with_the_driver_and_without(one_thread):
         assert 0 < times["primal_s"] <= times["primal_median_s"]
         assert 0 < times["gradient_s"] <= times["gradient_median_s"]
         assert times["ratio"] == pytest.approx(times["gradient_s"] / times["primal_s"])
+
+
+def test_luleshs_launchers_timed_one_by_one(one_thread):
+    """Each cycle's launchers, the adjoints in the gradient's only, within its cycle; the launchers and the
+    driver as they were after."""
+    row = per_launcher(3, 1, cycles=2, rounds=2)
+    primal, gradient = row["primal_launchers_s"], row["gradient_launchers_s"]
+    assert "k_element_forces (primal)" in primal and "k_element_forces (adjoint)" in gradient
+    assert not any(name.endswith("(adjoint)") for name in primal)
+    assert 0 < sum(primal.values()) <= row["primal_cycle_s"]
+    assert 0 < sum(gradient.values()) <= row["gradient_cycle_s"]
+    assert list(gradient.values()) == sorted(gradient.values(), reverse=True)
+    variants = [v for k in vars(kernels).values() for v in getattr(k, "_variants", {}).values()]
+    assert variants and driver.ENABLED
+    assert not any("per_launcher" in v.launcher.__qualname__ for v in variants)
 
 
 def test_minibudes_alternating_ratio(one_thread):
