@@ -410,8 +410,9 @@ def _balance(counts: np.ndarray) -> float:
 def _colour(run: Any, n: int, hot: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """(order, segments, colours, slots) of a colouring: of blocks of consecutive launch indices, each block
     run in launch order (what the launch's memory accesses favour), the largest that share out evenly
-    (``BLOCKS_PER_COLOUR``) in at least ``CLAIMED_BLOCKS`` a colour; the launch indices that touch an element touched by more than ``MAX_DEGREE``
-    of them (``hot``) run last, one after the other, on one thread."""
+    (``BLOCKS_PER_COLOUR``) with at least ``CLAIMED_BLOCKS`` a colour; the launch indices that touch an
+    element touched by more than ``MAX_DEGREE`` of them (``hot``) run last, one after the other, on one
+    thread."""
     mask = np.where(hot, ~np.uint64(0), np.uint64(0))
     order, m = NO_ORDER, n
     if hot.any():
