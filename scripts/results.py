@@ -345,22 +345,34 @@ def lulesh() -> list[str]:
 
 def cpu_lulesh_per_cycle() -> list[str]:
     """LULESH's per-cycle gradient against its primal cycle, alternating in one process (``bench_lulesh.py
-    --per-cycle``): per host instance, case and thread count, the best rounds and the median ratio."""
+    --per-cycle``): per host instance, case and thread count, the best rounds, the median ratio, and how much
+    faster primal and gradient cycle run than on one thread in the same record."""
     recs = _load("cpu-lulesh-per-cycle-*.json")
-    rows = [
-        [
-            rec["date"],
-            rec["commit"],
-            f"-s {p['size']}" + (f", after {p['after']} cycles" if p.get("after") else ""),
-            str(p["threads"]),
-            _ms(p["primal_cycle_s"]),
-            _ms(p["gradient_cycle_s"]),
-            f"{p['ratio']:.2f}x",
-            f"{p['median_ratio']:.2f}x",
-        ]
-        for rec in recs
-        for p in rec["result"]["per_cycle"]
-    ]
+    rows = []
+    for rec in recs:
+        studies = rec["result"]["per_cycle"]
+        one = {(p["size"], p.get("after", 0)): p for p in studies if p["threads"] == 1}
+        for p in studies:
+            base = one.get((p["size"], p.get("after", 0)))
+            speedup = (
+                f"{base['primal_cycle_s'] / p['primal_cycle_s']:.2f}x / "
+                f"{base['gradient_cycle_s'] / p['gradient_cycle_s']:.2f}x"
+                if base is not None and p["threads"] > 1
+                else ""
+            )
+            rows.append(
+                [
+                    rec["date"],
+                    rec["commit"],
+                    f"-s {p['size']}" + (f", after {p['after']} cycles" if p.get("after") else ""),
+                    str(p["threads"]),
+                    _ms(p["primal_cycle_s"]),
+                    _ms(p["gradient_cycle_s"]),
+                    f"{p['ratio']:.2f}x",
+                    f"{p['median_ratio']:.2f}x",
+                    speedup,
+                ]
+            )
     header = [
         "run",
         "commit",
@@ -370,6 +382,7 @@ def cpu_lulesh_per_cycle() -> list[str]:
         "gradient cycle",
         "gradient / primal",
         "medians",
+        "speed-up from 1 thread, primal / gradient",
     ]
     return [*_table(header, rows), *_caption(*recs)]
 
