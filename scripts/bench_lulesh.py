@@ -7,6 +7,7 @@ them so that both see the same machine load, and reports each one's FOM (zones p
 faster), the ratio pad / original and the Final Origin Energy of both. ``--device gpu`` runs pad on the GPU
 too. ``--forces`` times the two ways of summing corner forces to nodes (see ``forces_study``),
 ``--per-cycle`` the per-cycle gradient against the primal cycle in one process (``cycle_ratio``),
+``--speedup`` both cycles on every thread count in one process, the counts alternating (``thread_speedup``),
 ``--per-launcher`` each launcher of both cycles (``per_launcher``) and ``--launches`` what the gradient's
 cycle spends outside the compiled launchers (``launch_profile``), all after ``--after`` primal cycles (the blast's early cycles leave most of the mesh at rest, where the adjoints
 find zero seeds and skip their work); ``--no-runs`` leaves out the app's runs.
@@ -215,6 +216,47 @@ def cycle_ratio(size: int, threads: int, after: int = 0, cycles: int = 5, rounds
         "primal_median_s": median["primal"],
         "gradient_median_s": median["gradient"],
         "median_ratio": median["gradient"] / median["primal"],
+    }
+
+
+def thread_speedup(
+    size: int, threads: list[int], after: int = 0, cycles: int = 5, rounds: int = 7
+) -> dict[str, Any]:
+    """The per-cycle primal and gradient on each of ``threads`` thread counts in one process, the counts
+    alternating round by round (``numba.set_num_threads``; each launch binds itself anew for its count), on
+    one state that all advance: ``rounds`` times, for each count, ``cycles`` primal cycles then ``cycles``
+    gradient cycles (the first round warms them). The machine's drift then reaches every count alike, where
+    separate runs of one and of 16 threads seconds apart may see different loads. Wall-clock seconds per
+    cycle, the best round of each, and each count's speed-up over the fewest threads."""
+    import numba
+
+    hydro, state, step = _recorded_gradient(size, max(threads), after)
+    t = after + 4
+    laps: dict[tuple[int, str], list[float]] = {}
+    try:
+        for _ in range(rounds + 1):
+            for n in threads:
+                numba.set_num_threads(n)
+                for name, leapfrog in (("primal", hydro.replayed_leapfrog), ("gradient", step)):
+                    laps.setdefault((n, name), []).append(_lap(hydro, state, leapfrog, cycles, t))
+                    t += cycles
+    finally:
+        numba.set_num_threads(max(threads))
+    assert step.replayed.why is None and hydro.replayed_leapfrog.why is None
+    best = {key: min(v[1:]) for key, v in laps.items()}
+    fewest = min(threads)
+    return {
+        "size": size,
+        "threads": threads,
+        "after": after,
+        "moving_nodes": moving_nodes(hydro, state),
+        "cycles": cycles,
+        "rounds": rounds,
+        **{f"{name}_cycle_s": {str(n): best[n, name] for n in threads} for name in ("primal", "gradient")},
+        **{
+            f"{name}_speedup": {str(n): best[fewest, name] / best[n, name] for n in threads}
+            for name in ("primal", "gradient")
+        },
     }
 
 
@@ -454,7 +496,14 @@ def main() -> None:
         type=int,
         default=0,
         metavar="CYCLES",
-        help="--per-cycle, --per-launcher and --launches start after this many primal cycles (default 0)",
+        help="--per-cycle, --speedup, --per-launcher and --launches start after this many primal cycles "
+        "(default 0)",
+    )
+    p.add_argument(
+        "--speedup",
+        action="store_true",
+        help="also time the per-cycle primal and gradient on every --threads count in one process, "
+        "the counts alternating round by round (per case)",
     )
     p.add_argument(
         "--per-launcher",
@@ -532,6 +581,10 @@ def main() -> None:
             study = cycle_ratio(size, threads, args.after)
             result.setdefault("per_cycle", []).append(study)
             print(json.dumps(study), flush=True)
+    for size, _ in args.cases if args.speedup else []:
+        study = thread_speedup(size, args.threads, args.after)
+        result.setdefault("speedup", []).append(study)
+        print(json.dumps(study), flush=True)
     for size, _ in args.cases if args.per_launcher else []:
         for threads in args.threads:
             study = per_launcher(size, threads, args.after)

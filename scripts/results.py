@@ -387,6 +387,39 @@ def cpu_lulesh_per_cycle() -> list[str]:
     return [*_table(header, rows), *_caption(*recs)]
 
 
+def cpu_lulesh_speedup() -> list[str]:
+    """LULESH's per-cycle primal and gradient on several thread counts in one process, the counts alternating
+    round by round (``bench_lulesh.py --speedup``): per record, case and thread count, the best rounds, the
+    gradient over the primal, and each cycle's speed-up over the fewest threads."""
+    recs = _load("cpu-lulesh-speedup-*.json")
+    rows = [
+        [
+            rec["date"],
+            rec["commit"],
+            f"-s {p['size']}" + (f", after {p['after']} cycles" if p["after"] else ""),
+            str(n),
+            _ms(p["primal_cycle_s"][str(n)]),
+            _ms(p["gradient_cycle_s"][str(n)]),
+            f"{p['gradient_cycle_s'][str(n)] / p['primal_cycle_s'][str(n)]:.2f}x",
+            f"{p['primal_speedup'][str(n)]:.2f}x / {p['gradient_speedup'][str(n)]:.2f}x",
+        ]
+        for rec in recs
+        for p in rec["result"]["speedup"]
+        for n in p["threads"]
+    ]
+    header = [
+        "run",
+        "commit",
+        "case",
+        "threads",
+        "primal cycle",
+        "gradient cycle",
+        "gradient / primal",
+        "speed-up, primal / gradient",
+    ]
+    return [*_table(header, rows), *_caption(*recs)]
+
+
 def cpu_lulesh_driver() -> list[str]:
     """LULESH's per-cycle primal and gradient with the replays' compiled driver and without, two LULESHs in
     one process advanced alternately (``bench_lulesh.py --driver-study``): best rounds, per run, case and
@@ -940,6 +973,7 @@ TABLES: dict[str, Callable[[], list[str]]] = {
     "cpu-lulesh-launches": cpu_lulesh_launches,
     "cpu-lulesh-per-launcher": cpu_lulesh_per_launcher,
     "cpu-lulesh-per-cycle": cpu_lulesh_per_cycle,
+    "cpu-lulesh-speedup": cpu_lulesh_speedup,
     "cpu-lulesh-plans": cpu_lulesh_plans,
     "tasks": tasks,
     "studies": studies,

@@ -9,7 +9,7 @@ from apps.lulesh import kernels
 from apps.minibude.deck import synthetic_deck
 from apps.minibude.driver import Docking
 from pad.parallel import driver
-from scripts.bench_lulesh import cycle_ratio, driver_study, per_launcher
+from scripts.bench_lulesh import cycle_ratio, driver_study, per_launcher, thread_speedup
 from scripts.bench_minibude import alternate
 
 
@@ -48,6 +48,17 @@ def test_luleshs_cycles_with_the_driver_and_without(one_thread):
         assert 0 < times["primal_s"] <= times["primal_median_s"]
         assert 0 < times["gradient_s"] <= times["gradient_median_s"]
         assert times["ratio"] == pytest.approx(times["gradient_s"] / times["primal_s"])
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="one thread is all numba has")  # type: ignore[attr-defined]
+def test_luleshs_speedup_alternates_the_thread_counts():
+    row = thread_speedup(3, [1, 2], cycles=2, rounds=2)
+    assert (row["threads"], row["cycles"], row["rounds"]) == ([1, 2], 2, 2)
+    for name in ("primal", "gradient"):
+        times, speedup = row[f"{name}_cycle_s"], row[f"{name}_speedup"]
+        assert set(times) == set(speedup) == {"1", "2"} and min(times.values()) > 0
+        assert speedup["1"] == 1.0 and speedup["2"] == pytest.approx(times["1"] / times["2"])
+    assert numba.get_num_threads() == 2
 
 
 def test_luleshs_launchers_timed_one_by_one(one_thread):
