@@ -308,6 +308,14 @@ def driver_study(size: int, threads: int, after: int = 0, cycles: int = 5, round
     return result
 
 
+def _variants() -> list[Any]:
+    """The compiled variants of LULESH's kernels and of the gradient's seeds copy, each with its launcher."""
+    from apps.lulesh import adjoint
+    from apps.lulesh import kernels as K
+
+    return [v for k in [*vars(K).values(), adjoint.k_copy] for v in getattr(k, "_variants", {}).values()]
+
+
 def launch_profile(
     size: int, threads: int, after: int = 0, cycles: int = 5, rounds: int = 3
 ) -> dict[str, Any]:
@@ -325,8 +333,6 @@ def launch_profile(
     tell these apart: on Python 3.12 cProfile does not see numba's compiled functions, and counts their
     time in their Python callers.)"""
     import pad
-    from apps.lulesh import adjoint
-    from apps.lulesh import kernels as K
     from pad import arrays
     from pad.parallel import cpu, driver, plans
 
@@ -357,9 +363,8 @@ def launch_profile(
 
     driver._drive = timed(driver._drive, "launchers", launches_in)  # type: ignore[attr-defined]
     hydro, state, step = _recorded_gradient(size, threads, after)
-    for k in [*vars(K).values(), adjoint.k_copy]:
-        for variant in getattr(k, "_variants", {}).values():
-            variant.launcher = timed(variant.launcher, "launchers")
+    for variant in _variants():
+        variant.launcher = timed(variant.launcher, "launchers")
 
     def cycle(t: int) -> None:
         hydro.later_increment(state)
@@ -406,8 +411,6 @@ def per_launcher(size: int, threads: int, after: int = 0, cycles: int = 5, round
     best of ``rounds`` runs of ``cycles`` cycles: where the gradient's time goes and, over thread counts,
     which launches scale. The replays' driver is off here, so that each launch runs from Python and is timed
     alone (numba's dispatch included); the cycles run as ``_lap`` runs them."""
-    from apps.lulesh import adjoint
-    from apps.lulesh import kernels as K
     from pad.parallel import driver
 
     spent: dict[str, float] = {}
@@ -426,10 +429,9 @@ def per_launcher(size: int, threads: int, after: int = 0, cycles: int = 5, round
     wrapped = []
     try:
         hydro, state, step = _recorded_gradient(size, threads, after)
-        for k in [*vars(K).values(), adjoint.k_copy]:
-            for variant in getattr(k, "_variants", {}).values():
-                wrapped.append((variant, variant.launcher))
-                variant.launcher = timed(variant.launcher, f"{variant.kernel} ({variant.mode})")
+        for variant in _variants():
+            wrapped.append((variant, variant.launcher))
+            variant.launcher = timed(variant.launcher, f"{variant.kernel} ({variant.mode})")
         row: dict[str, Any] = {
             "size": size,
             "threads": threads,
@@ -576,30 +578,22 @@ def main() -> None:
             study = {"size": size, "threads": threads} | forces_study(size, threads)
             result.setdefault("forces", []).append(study)
             print(json.dumps(study), flush=True)
-    for size, _ in args.cases if args.per_cycle else []:
-        for threads in args.threads:
-            study = cycle_ratio(size, threads, args.after)
-            result.setdefault("per_cycle", []).append(study)
-            print(json.dumps(study), flush=True)
     for size, _ in args.cases if args.speedup else []:
         study = thread_speedup(size, args.threads, args.after)
         result.setdefault("speedup", []).append(study)
         print(json.dumps(study), flush=True)
-    for size, _ in args.cases if args.per_launcher else []:
-        for threads in args.threads:
-            study = per_launcher(size, threads, args.after)
-            result.setdefault("per_launcher", []).append(study)
-            print(json.dumps(study), flush=True)
-    for size, _ in args.cases if args.driver_study else []:
-        for threads in args.threads:
-            study = driver_study(size, threads, args.after)
-            result.setdefault("driver", []).append(study)
-            print(json.dumps(study), flush=True)
-    for size, _ in args.cases if args.launches else []:
-        for threads in args.threads:
-            study = launch_profile(size, threads, args.after)
-            result.setdefault("launches", []).append(study)
-            print(json.dumps({k: v for k, v in study.items() if k != "plans"}), flush=True)
+    per_threads = [  # asked, the result's key, the study of one case on one thread count
+        (args.per_cycle, "per_cycle", cycle_ratio),
+        (args.per_launcher, "per_launcher", per_launcher),
+        (args.driver_study, "driver", driver_study),
+        (args.launches, "launches", launch_profile),
+    ]
+    for asked, key, study_of in per_threads:
+        for size, _ in args.cases if asked else []:
+            for threads in args.threads:
+                study = study_of(size, threads, args.after)
+                result.setdefault(key, []).append(study)
+                print(json.dumps({k: v for k, v in study.items() if k != "plans"}), flush=True)
     shutil.rmtree(scratch, ignore_errors=True)
     os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
     with open(args.json, "w") as fh:

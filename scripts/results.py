@@ -343,6 +343,14 @@ def lulesh() -> list[str]:
     return out[:-1]
 
 
+def _cycles_case(size: int, after: int, start: str = "") -> str:
+    """A LULESH case of a per-cycle study: its size, and the primal cycles run before it (else ``start``)."""
+    return f"-s {size}" + (f", after {after} cycles" if after else start)
+
+
+CYCLES_HEADER = ["run", "commit", "case", "threads", "primal cycle", "gradient cycle", "gradient / primal"]
+
+
 def cpu_lulesh_per_cycle() -> list[str]:
     """LULESH's per-cycle gradient against its primal cycle, alternating in one process (``bench_lulesh.py
     --per-cycle``): per host instance, case and thread count, the best rounds, the median ratio, and how much
@@ -364,7 +372,7 @@ def cpu_lulesh_per_cycle() -> list[str]:
                 [
                     rec["date"],
                     rec["commit"],
-                    f"-s {p['size']}" + (f", after {p['after']} cycles" if p.get("after") else ""),
+                    _cycles_case(p["size"], p.get("after", 0)),
                     str(p["threads"]),
                     _ms(p["primal_cycle_s"]),
                     _ms(p["gradient_cycle_s"]),
@@ -373,17 +381,7 @@ def cpu_lulesh_per_cycle() -> list[str]:
                     speedup,
                 ]
             )
-    header = [
-        "run",
-        "commit",
-        "case",
-        "threads",
-        "primal cycle",
-        "gradient cycle",
-        "gradient / primal",
-        "medians",
-        "speed-up from 1 thread, primal / gradient",
-    ]
+    header = [*CYCLES_HEADER, "medians", "speed-up from 1 thread, primal / gradient"]
     return [*_table(header, rows), *_caption(*recs)]
 
 
@@ -396,7 +394,7 @@ def cpu_lulesh_speedup() -> list[str]:
         [
             rec["date"],
             rec["commit"],
-            f"-s {p['size']}" + (f", after {p['after']} cycles" if p["after"] else ""),
+            _cycles_case(p["size"], p["after"]),
             str(n),
             _ms(p["primal_cycle_s"][str(n)]),
             _ms(p["gradient_cycle_s"][str(n)]),
@@ -407,16 +405,7 @@ def cpu_lulesh_speedup() -> list[str]:
         for p in rec["result"]["speedup"]
         for n in p["threads"]
     ]
-    header = [
-        "run",
-        "commit",
-        "case",
-        "threads",
-        "primal cycle",
-        "gradient cycle",
-        "gradient / primal",
-        "speed-up, primal / gradient",
-    ]
+    header = [*CYCLES_HEADER, "speed-up, primal / gradient"]
     return [*_table(header, rows), *_caption(*recs)]
 
 
@@ -529,7 +518,7 @@ def cpu_lulesh_per_launcher() -> list[str]:
                 ]
                 for cycle in ("primal", "gradient")
             ]
-            case = f"-s {size}" + (f", after {after} cycles" if after else ", cycle 4")
+            case = _cycles_case(size, after, ", cycle 4")
             header = [
                 case,
                 *(f"{p['threads']} thr." for p in runs),
