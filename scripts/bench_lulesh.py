@@ -9,8 +9,9 @@ too. ``--forces`` times the two ways of summing corner forces to nodes (see ``fo
 ``--per-cycle`` the per-cycle gradient against the primal cycle in one process (``cycle_ratio``),
 ``--speedup`` both cycles on every thread count in one process, the counts alternating (``thread_speedup``),
 ``--per-launcher`` each launcher of both cycles (``per_launcher``) and ``--launches`` what the gradient's
-cycle spends outside the compiled launchers (``launch_profile``), all after ``--after`` primal cycles (the blast's early cycles leave most of the mesh at rest, where the adjoints
-find zero seeds and skip their work); ``--no-runs`` leaves out the app's runs.
+cycle spends outside the compiled launchers (``launch_profile``), all after ``--after`` primal cycles (the
+blast's early cycles leave most of the mesh at rest, where the adjoints find zero seeds and skip their
+work); ``--no-runs`` leaves out the app's runs.
 
     python scripts/bench_lulesh.py --build-original /path/to/LULESH --cases 30: 45:100 --threads 1 2
     python scripts/bench_lulesh.py --cases 60:100 --threads 1 2 4 8 16       # strong scaling
@@ -19,6 +20,7 @@ find zero seeds and skip their work); ``--no-runs`` leaves out the app's runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -28,6 +30,7 @@ import sys
 import tempfile
 import time
 from typing import Any
+from unittest import mock
 
 import numpy as np
 
@@ -316,6 +319,24 @@ def _variants() -> list[Any]:
     return [v for k in [*vars(K).values(), adjoint.k_copy] for v in getattr(k, "_variants", {}).values()]
 
 
+def _timed(
+    fn: Any, spent: dict[str, list[float]], key: str, clock: Any = time.perf_counter, calls: Any = None
+) -> Any:
+    """``fn``, adding to ``spent[key]`` (calls, seconds) each call's count (``calls(*args)``, else 1) and
+    its ``clock`` seconds."""
+
+    def run(*args: Any) -> Any:
+        begin = clock()
+        try:
+            return fn(*args)
+        finally:
+            entry = spent.setdefault(key, [0, 0.0])
+            entry[0] += 1 if calls is None else calls(*args)
+            entry[1] += clock() - begin
+
+    return run
+
+
 def launch_profile(
     size: int, threads: int, after: int = 0, cycles: int = 5, rounds: int = 3
 ) -> dict[str, Any]:
@@ -338,70 +359,63 @@ def launch_profile(
 
     spent: dict[str, list[float]] = {}  # what -> [calls, CPU seconds]
 
-    def timed(fn: Any, what: str, calls: Any = lambda *args: 1) -> Any:
-        def run(*args: Any) -> Any:
-            cpu_begin = time.thread_time()
-            try:
-                return fn(*args)
-            finally:
-                entry = spent.setdefault(what, [0, 0.0])
-                entry[0] += calls(*args)
-                entry[1] += time.thread_time() - cpu_begin
-
-        return run
-
-    # before the step is recorded: a replay calls what the record bound then (the driver drives only
-    # arrays.assign and arrays.zero themselves: wrapped, the copies and fills would run from Python)
-    if not driver.ENABLED:
-        arrays.zero = timed(arrays.zero, "tape: zeroed shadows")  # type: ignore[method-assign]
-        arrays.assign = timed(arrays.assign, "tape: copies of kept values")  # type: ignore[method-assign]
-    plans._same = timed(plans._same, "plans: validations")  # type: ignore[attr-defined]
-    cpu._reduce = timed(cpu._reduce, "private buffers' sums")  # type: ignore[attr-defined]
+    def timing(owner: Any, name: str, what: str, calls: Any = None) -> Any:
+        """``owner.name`` timed as ``what`` in the calling thread's CPU time, until the profile ends."""
+        fn = getattr(owner, name)
+        return mock.patch.object(owner, name, _timed(fn, spent, what, time.thread_time, calls))
 
     def launches_in(table: np.ndarray) -> int:
         return int((table[:, 0] == driver.LAUNCH).sum())
 
-    driver._drive = timed(driver._drive, "launchers", launches_in)  # type: ignore[attr-defined]
-    hydro, state, step = _recorded_gradient(size, threads, after)
-    for variant in _variants():
-        variant.launcher = timed(variant.launcher, "launchers")
+    with contextlib.ExitStack() as patched:
+        # before the step is recorded: a replay calls what the record bound then (the driver drives only
+        # arrays.assign and arrays.zero themselves: wrapped, the copies and fills would run from Python)
+        if not driver.ENABLED:
+            patched.enter_context(timing(arrays, "zero", "tape: zeroed shadows"))
+            patched.enter_context(timing(arrays, "assign", "tape: copies of kept values"))
+        patched.enter_context(timing(plans, "_same", "plans: validations"))
+        patched.enter_context(timing(cpu, "_reduce", "private buffers' sums"))
+        patched.enter_context(timing(driver, "_drive", "launchers", launches_in))
+        hydro, state, step = _recorded_gradient(size, threads, after)
+        for variant in _variants():
+            patched.enter_context(timing(variant, "launcher", "launchers"))
 
-    def cycle(t: int) -> None:
-        hydro.later_increment(state)
-        step(state)
-        hydro.check(t)
+        def cycle(t: int) -> None:
+            hydro.later_increment(state)
+            step(state)
+            hydro.check(t)
 
-    t = after + 4
-    best: dict[str, Any] | None = None
-    for _ in range(rounds):
-        spent.clear()
-        begin, cpu_begin = time.perf_counter(), time.thread_time()
-        for _ in range(cycles):
-            cycle(t)
-            t += 1
-        total = (time.thread_time() - cpu_begin) / cycles
-        wall = (time.perf_counter() - begin) / cycles
-        calls, launchers = (v / cycles for v in spent.pop("launchers"))
-        kinds = {k: s / cycles for k, (_, s) in spent.items()}
-        outside = total - launchers
-        kinds = {"Python": outside - sum(kinds.values()), **kinds}
-        row = {
-            "size": size,
-            "threads": threads,
-            "after": after,
-            "driver": driver.ENABLED,
-            "cycle_s": wall,
-            "cycle_cpu_s": total,
-            "launchers_cpu_s": launchers,  # and the driver's programs
-            "launcher_calls": calls,  # launches, from Python or in programs
-            "outside_s": outside,  # the calling thread's CPU time outside the launchers and programs
-            "outside_fraction": outside / total,
-            "outside_us_per_call": outside / calls * 1e6,
-            "outside_by_kind_s": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
-            "validations_per_cycle": spent.get("plans: validations", [0])[0] / cycles,
-        }
-        if best is None or row["outside_s"] < best["outside_s"]:
-            best = row
+        t = after + 4
+        best: dict[str, Any] | None = None
+        for _ in range(rounds):
+            spent.clear()
+            begin, cpu_begin = time.perf_counter(), time.thread_time()
+            for _ in range(cycles):
+                cycle(t)
+                t += 1
+            total = (time.thread_time() - cpu_begin) / cycles
+            wall = (time.perf_counter() - begin) / cycles
+            calls, launchers = (v / cycles for v in spent.pop("launchers"))
+            kinds = {k: s / cycles for k, (_, s) in spent.items()}
+            outside = total - launchers
+            kinds = {"Python": outside - sum(kinds.values()), **kinds}
+            row = {
+                "size": size,
+                "threads": threads,
+                "after": after,
+                "driver": driver.ENABLED,
+                "cycle_s": wall,
+                "cycle_cpu_s": total,
+                "launchers_cpu_s": launchers,  # and the driver's programs
+                "launcher_calls": calls,  # launches, from Python or in programs
+                "outside_s": outside,  # the calling thread's CPU time outside the launchers and programs
+                "outside_fraction": outside / total,
+                "outside_us_per_call": outside / calls * 1e6,
+                "outside_by_kind_s": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
+                "validations_per_cycle": spent.get("plans: validations", [0])[0] / cycles,
+            }
+            if best is None or row["outside_s"] < best["outside_s"]:
+                best = row
     assert best is not None and step.replayed.why is None and hydro.later_increment.why is None
     return best | {"plans": pad.launch_stats()["kernels"]}
 
@@ -413,25 +427,13 @@ def per_launcher(size: int, threads: int, after: int = 0, cycles: int = 5, round
     alone (numba's dispatch included); the cycles run as ``_lap`` runs them."""
     from pad.parallel import driver
 
-    spent: dict[str, float] = {}
-
-    def timed(fn: Any, name: str) -> Any:
-        def run(*args: Any) -> Any:
-            begin = time.perf_counter()
-            try:
-                return fn(*args)
-            finally:
-                spent[name] = spent.get(name, 0.0) + time.perf_counter() - begin
-
-        return run
-
-    enabled, driver.ENABLED = driver.ENABLED, False  # before the steps are recorded, which groups them
-    wrapped = []
-    try:
+    spent: dict[str, list[float]] = {}  # launcher -> [calls, seconds]
+    with contextlib.ExitStack() as patched:
+        patched.enter_context(mock.patch.object(driver, "ENABLED", False))  # before the steps are recorded
         hydro, state, step = _recorded_gradient(size, threads, after)
         for variant in _variants():
-            wrapped.append((variant, variant.launcher))
-            variant.launcher = timed(variant.launcher, f"{variant.kernel} ({variant.mode})")
+            timed = _timed(variant.launcher, spent, f"{variant.kernel} ({variant.mode})")
+            patched.enter_context(mock.patch.object(variant, "launcher", timed))
         row: dict[str, Any] = {
             "size": size,
             "threads": threads,
@@ -447,13 +449,10 @@ def per_launcher(size: int, threads: int, after: int = 0, cycles: int = 5, round
                 cycle = _lap(hydro, state, leapfrog, cycles, t)
                 t += cycles
                 if best is None or cycle < best[0]:
-                    best = (cycle, {k: v / cycles for k, v in sorted(spent.items(), key=lambda kv: -kv[1])})
+                    seconds = sorted(((k, v[1] / cycles) for k, v in spent.items()), key=lambda kv: -kv[1])
+                    best = (cycle, dict(seconds))
             assert best is not None
             row[f"{name}_cycle_s"], row[f"{name}_launchers_s"] = best
-    finally:
-        driver.ENABLED = enabled
-        for variant, launcher in wrapped:
-            variant.launcher = launcher
     return row
 
 
