@@ -158,6 +158,25 @@ def c_contiguous(a: Any) -> bool:
     return bool(flags["C_CONTIGUOUS"] if isinstance(flags, dict) else flags.c_contiguous)
 
 
+def frozen(a: np.ndarray) -> np.ndarray:
+    """A copy of host array ``a`` that nothing can write: read-only, over the memory of an immutable ``bytes``
+    object, which NumPy refuses to make writeable again (as do numba's kernels). Pass index arrays that never
+    change so (a mesh's connectivity): the plans made from one keep the array itself, not a copy, and never
+    compare it with one again (pad/parallel/plans.py)."""
+    a = np.ascontiguousarray(a)
+    return np.frombuffer(a.tobytes(), a.dtype).reshape(a.shape)
+
+
+def is_frozen(a: Any) -> bool:
+    """Whether ``a``'s contents can never change: a NumPy array that, like every array it views, is read-only,
+    over a ``bytes`` object's memory (``frozen``)."""
+    while isinstance(a, np.ndarray):
+        if a.flags.writeable:
+            return False
+        a = a.base
+    return isinstance(a, bytes)
+
+
 def reaches_all(view: Any, a: Any) -> bool:
     """Whether ``view`` has every element of the C-contiguous ``a`` once: ``a`` itself, or a view of all of it
     with its axes in another order (``a.T``; LULESH's corner forces seen as [axis, corner, element])."""

@@ -146,8 +146,13 @@ class Hydro:
         self.rank = comm.rank
         nelem, nnode = mesh.nelem, mesh.nnode
         put = memory.put
-        self.nodelist = put(mesh.nodelist)
-        self.corner_start = put(mesh.corner_start)
+
+        def fixed(a: np.ndarray) -> Any:
+            """An index array that never changes, frozen: the scatter adjoints' plans then never compare it."""
+            return put(pad.arrays.frozen(a))
+
+        self.nodelist = fixed(mesh.nodelist)
+        self.corner_start = fixed(mesh.corner_start)
         # Corner forces are indexed [axis, corner, element] in the kernels. A GPU stores them corner-major
         # (neighbouring threads read neighbouring words), CPUs each element's corners together, as the C++
         # original does (a thread streams three cache lines an element, not 24 lines of 24 arrays):
@@ -159,10 +164,10 @@ class Hydro:
             if self.corner_stride == 1
             else (mesh.corner_list % nelem) * 8 + mesh.corner_list // nelem
         )
-        self.corner_list = put(corners.astype(mesh.corner_list.dtype))
-        self.neighbours = put(mesh.neighbours)
-        self.symmetry = put(mesh.symmetry)
-        self.rep = put(mesh.rep)
+        self.corner_list = fixed(corners.astype(mesh.corner_list.dtype))
+        self.neighbours = fixed(mesh.neighbours)
+        self.symmetry = fixed(mesh.symmetry)
+        self.rep = fixed(mesh.rep)
         # scratch: rewritten every cycle before it is read
         # Stress and hourglass forces per corner (see mesh). A GPU sums the two per corner, as LLNL's CUDA
         # port does (half the bytes); CPUs keep them apart and sum each in the C++ original's order.

@@ -207,6 +207,12 @@ class Launch:
         shadows: Sequence[Any] | None = None,
     ) -> None:
         self.variant, self.n, self.args, self.extras = variant, n, tuple(args), tuple(extras)
+        for p in variant.stored:
+            if not args[p].flags.writeable:
+                raise ValueError(
+                    f"pad.launch({variant.kernel}): the kernel stores into argument {p + 1}, which is read-only"
+                    " (a frozen array, pad.arrays.frozen, never changes)"
+                )
         self.nact = len(variant.active_scalars) if variant.mode == "adjoint" else 0
         self.bases: list[np.ndarray] = [
             args[p] if kind == "primal" else shadows[p]  # type: ignore[index]

@@ -378,6 +378,40 @@ def test_a_replay_compares_an_index_array_once_for_the_plans_made_from_it(monkey
     np.testing.assert_array_equal(ours, gradient(unreplayed))
 
 
+def test_a_frozen_index_array_is_never_compared(monkeypatch):
+    """A frozen node list (``arrays.frozen``: nothing can write it) is kept by its plans as it is and never
+    compared again, launched or replayed; its gradient is the one the same list, writeable, gives. NumPy
+    refuses to make it writeable, and a kernel that stores into it is refused."""
+    rng = np.random.default_rng(12)
+    n = 3000
+    nodes = hex_nodes(n)
+    fixed = pad.arrays.frozen(nodes)
+    assert pad.arrays.is_frozen(fixed) and pad.arrays.is_frozen(fixed[:, 1:])
+    assert not pad.arrays.is_frozen(nodes) and not pad.arrays.is_frozen(np.frombuffer(bytearray(8)))
+    with pytest.raises(ValueError, match="WRITEABLE"):
+        fixed.flags.writeable = True
+    x, seed = rng.uniform(-1, 1, 2 * (n + 1)), rng.uniform(-1, 1, n)
+    compares: list[bool] = []
+    same = plans._same
+    monkeypatch.setattr(plans, "_same", lambda a, copy: compares.append(a is fixed) or same(a, copy))
+    expected = gradient(k_hex, n, (nodes,), x, seed)
+    before = inspections("k_hex")
+    dx, y = np.zeros_like(x), np.zeros(n)
+
+    def run(x, y):
+        pad.launch(k_hex, n, fixed, x, y)
+
+    replayed = pad.graph(lambda *args: pad.autodiff(run, *args))
+    for _ in range(3):  # launched (the first, inspected), recorded, replayed
+        dx[...] = 0.0
+        replayed(pad.Dup(x.copy(), dx), pad.Dup(y, seed.copy()))
+        np.testing.assert_array_equal(dx, expected)
+    assert replayed.why is None and inspections("k_hex") == before + 1
+    assert True not in compares
+    with pytest.raises(ValueError, match=r"k_shift\): the kernel stores into argument 1, which is read-only"):
+        pad.launch(k_shift, n, fixed.ravel())
+
+
 @pad.kernel
 def k_scatter(i, idx, x, y):
     """``y[idx[i]] += x[i]``: its primal accumulates at shared indices, by a plan."""
