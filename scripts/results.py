@@ -447,8 +447,14 @@ def cpu_lulesh_driver() -> list[str]:
 
 def cpu_lulesh_launches() -> list[str]:
     """Where a per-cycle gradient's time goes outside the compiled launchers (``bench_lulesh.py
-    --launches``), as the calling thread's CPU time: per case and thread count, then split by kind."""
-    rec = _one("cpu-lulesh-launches.json")
+    --launches``), as the calling thread's CPU time: per record, case and thread count, then split by kind."""
+    out: list[str] = []
+    for rec in _load("cpu-lulesh-launches-*.json"):
+        out += [*([""] if out else []), *_launches(rec)]
+    return out
+
+
+def _launches(rec: Record) -> list[str]:
     studies = rec["result"]["launches"]
     rows = [
         [
