@@ -295,7 +295,11 @@ class Launcher:
     # ``_colours[c + 1] - 1``; the colours run one after the other). A colour's segments form at most
     # ``_slots`` groups of consecutive segments, shared out among the chunks; a chunk claims its own share's
     # groups one by one, then those left in the other chunks' shares (``_claimed[w * _nchunks + c]`` counts
-    # chunk c's groups of colour w handed out). Each thread thus runs its own share while no other is late,
+    # chunk c's groups of colour w handed out, ``_claimed[waves * _nchunks + w]`` colour w's groups done). A
+    # chunk starts colour w + 1 once all of colour w's groups are done (``runtime.wait_for``): the colours
+    # run in one parallel region, apart by a count, not by a parallel region each (whose start and end cost
+    # 8 us on 16 threads). Waiting cannot hang: a chunk that waits has claimed every group left, so the
+    # groups not done are being run. Each thread thus runs its own share while no other is late,
     # keeping from one colour to the next the nodes its blocks share with the next colour's in its caches.
     # Group ``g`` accumulates into slot ``g`` of each private buffer, or into the array itself where the
     # buffer has no slots: the sums do not depend on which thread ran a group.
@@ -382,18 +386,17 @@ def launcher_source(
     args = ", ".join([*head("cpu", launcher.planned), *launcher.params, *launcher.extras])
     # A launcher is one plain njit function, its chunks' code. Called from Python with ``_run``, the address
     # of the runner of chunks (pad/parallel/cpu.py: one parallel loop compiled once for every kernel, or a
-    # serial one for PAD_DEBUG), it has the runner call it again for each chunk ``_c`` and wave ``_w`` with
-    # ``_run`` 0 (``runtime.run_chunks``). A launcher with a parallel loop of its own would have numba lower
+    # serial one for PAD_DEBUG), it has the runner call it again for each chunk ``_c`` with ``_run`` 0
+    # (``runtime.run_chunks``). A launcher with a parallel loop of its own would have numba lower
     # and compile that loop once per kernel (docs/benchmarks.md, "First runs: compiling"). The launch index
     # is never negative: ``nonnegative`` tells LLVM so, which drops numba's wrap-around from indices made of it.
     flags = DERIVATIVE_FLAGS if launcher.derivatives_only and not fastmath else fastmath
     options = f"nogil=True, cache=True, fastmath={flags}, error_model='numpy'"
-    waves = "_colours.shape[0] - 1" if launcher.planned else "1"
-    p.lines += [f"@njit({options}, pipeline_class=Straight)", f"def {launcher.name}(_run, _c, _w, {args}):"]
+    p.lines += [f"@njit({options}, pipeline_class=Straight)", f"def {launcher.name}(_run, _c, {args}):"]
     p.lines.append("    if _run != 0:")
     if launcher.planned:
         p.lines.append("        _claimed[:] = 0")
-    p.lines.append(f"        return run_chunks(_nchunks, {waves}, _run, _c, _w, {args})")
+    p.lines.append(f"        return run_chunks(_nchunks, _run, _c, {args})")
     if not launcher.planned:
         p.lines += ["    _lo = _n * _c // _nchunks", "    _hi = _n * (_c + 1) // _nchunks"]
     for local in launcher.locals:
@@ -412,18 +415,24 @@ def launcher_source(
 
     if launcher.planned:  # chunk _c runs its share of the groups of segments of colour _w, then helps others
         line("_ident = _order.shape[0] == 0")
-        line("_first = _colours[_w]")
-        line("_count = _colours[_w + 1] - _first")
-        line("_groups = min(_slots, _count)")
-        line("for _v in range(_nchunks):")
-        line("    _o = _c + _v if _c + _v < _nchunks else _c + _v - _nchunks")
-        line("    _share = _groups * _o // _nchunks")
-        line("    _stop = _groups * (_o + 1) // _nchunks")
-        line("    while True:")
-        line("        _g = _share + claim(_claimed, _w * _nchunks + _o)")
-        line("        if _g >= _stop:")
-        line("            break")
-        depth, slot = depth + 2, "_g"
+        line("_waves = _colours.shape[0] - 1")
+        line("for _w in range(_waves):")
+        line("    _first = _colours[_w]")
+        line("    _count = _colours[_w + 1] - _first")
+        line("    _groups = min(_slots, _count)")
+        line("    if _w > 0:  # the colour before done, all its groups")
+        line("        wait_for(_claimed, _waves * _nchunks + _w - 1, min(_slots, _first - _colours[_w - 1]))")
+        line("    _ran = 0")
+        line("    for _v in range(_nchunks):")
+        line("        _o = _c + _v if _c + _v < _nchunks else _c + _v - _nchunks")
+        line("        _share = _groups * _o // _nchunks")
+        line("        _stop = _groups * (_o + 1) // _nchunks")
+        line("        while True:")
+        line("            _g = _share + claim(_claimed, _w * _nchunks + _o)")
+        line("            if _g >= _stop:")
+        line("                break")
+        line("            _ran += 1")
+        depth, slot = depth + 3, "_g"
     outer = depth  # where per-slot set-up and sums go
     for buf in launcher.privates:
         base = unbuffer(buf)
@@ -476,6 +485,9 @@ def launcher_source(
     depth = outer
     for column, acc in enumerate(launcher.accumulators):
         line(f"{ACTIVE_SCALARS}[{slot}, {column}] += _acc{acc}")
+    if launcher.planned:
+        depth = outer - 2
+        line("finish(_claimed, _waves * _nchunks + _w, _ran)")
     return "\n".join(p.lines) + "\n"
 
 

@@ -136,6 +136,74 @@ def claim(typingctx: Any, counters: Any, k: Any) -> Any:
 
 
 @intrinsic
+def finish(typingctx: Any, counters: Any, k: Any, count: Any) -> Any:
+    """Add ``count`` to ``counters[k]`` (an int64 array) atomically, after this thread's stores: a thread
+    counts the groups of a colour it ran, so that ``wait_for`` sees them done (release ordering)."""
+    if not (
+        isinstance(counters, types.Array)
+        and counters.dtype == types.int64
+        and isinstance(k, types.Integer)
+        and isinstance(count, types.Integer)
+    ):
+        return None
+
+    def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
+        data = make_array(counters)(context, builder, value=llargs[0]).data
+        index = context.cast(builder, llargs[1], k, types.intp)
+        amount = context.cast(builder, llargs[2], count, types.int64)
+        builder.atomic_rmw("add", builder.gep(data, [index]), amount, "release")
+        return context.get_dummy_value()
+
+    return types.none(counters, k, count), codegen
+
+
+SPINS = 1 << 16  # loads of a counter ``wait_for`` spins through before it yields its core between loads
+
+
+@intrinsic
+def wait_for(typingctx: Any, counters: Any, k: Any, target: Any) -> Any:
+    """Wait until ``counters[k]`` (an int64 array) reaches ``target``; the stores counted there by ``finish``
+    are then seen (acquire ordering). The colours of a launch by a plan are apart by this, within one
+    parallel region: each colour's groups counted done before the next colour's are claimed (``emit``).
+    After ``SPINS`` loads it yields its core at each (``sched_yield``), to a thread it may be waiting for."""
+    if not (
+        isinstance(counters, types.Array)
+        and counters.dtype == types.int64
+        and isinstance(k, types.Integer)
+        and isinstance(target, types.Integer)
+    ):
+        return None
+
+    def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
+        data = make_array(counters)(context, builder, value=llargs[0]).data
+        slot = builder.gep(data, [context.cast(builder, llargs[1], k, types.intp)])
+        goal = context.cast(builder, llargs[2], target, types.int64)
+        i64 = ir.IntType(64)
+        yield_ = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.IntType(32), []), "sched_yield"
+        )
+        entry = builder.block
+        check = builder.append_basic_block("wait.check")
+        spin = builder.append_basic_block("wait.spin")
+        done = builder.append_basic_block("wait.done")
+        builder.branch(check)
+        builder.position_at_end(check)
+        spins = builder.phi(i64)
+        spins.add_incoming(i64(0), entry)
+        value = builder.load_atomic(slot, "acquire", 8)
+        builder.cbranch(builder.icmp_signed(">=", value, goal), done, spin)
+        builder.position_at_end(spin)
+        with builder.if_then(builder.icmp_signed(">=", spins, i64(SPINS)), likely=False):
+            builder.call(yield_, [])
+        spins.add_incoming(builder.add(spins, i64(1)), builder.block)
+        builder.branch(check)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return types.none(counters, k, target), codegen
+
+
+@intrinsic
 def nonnegative(typingctx: Any, x: Any) -> Any:
     """``x``, an integer that LLVM may take to be at least zero (a launch index: from a range of the launch or
     a plan's order), so that numba's wrap-around of negative indices leaves its uses as indices."""
@@ -154,24 +222,24 @@ def nonnegative(typingctx: Any, x: Any) -> Any:
 
 
 @intrinsic
-def run_chunks(typingctx: Any, nchunks: Any, waves: Any, *params: Any) -> Any:
-    """Run the calling launcher's chunks ``0 .. nchunks - 1`` for each wave ``0 .. waves - 1``, calling it
-    again for each as ``launcher(0, chunk, wave, *rest)``, by the chunks runner at ``params[0]``.
+def run_chunks(typingctx: Any, nchunks: Any, *params: Any) -> Any:
+    """Run the calling launcher's chunks ``0 .. nchunks - 1``, calling it again for each as
+    ``launcher(0, chunk, *rest)``, by the chunks runner at ``params[0]``.
 
     ``params`` are the launcher's own parameters in order: ``_run`` (the runner's address, an int64; 0 in a
-    chunk's call), ``_c`` (the chunk), ``_w`` (the wave) and the rest. A launcher is one function of one
-    signature per argument types, its chunks' code: this packs its arguments into a record on its stack and
-    passes the runner (compiled once for every kernel, parallel or serial: pad/parallel/cpu.py) the record
-    and the address of a small function, defined here beside the launcher, that unpacks the record and calls
-    the launcher for one chunk and wave. Each kernel then compiles one function and no parallel loop of its
-    own (docs/benchmarks.md, "First runs: compiling"), and every launch, on any number of threads, runs the
-    one compiled chunk code."""
-    lead = (nchunks, waves, *params[:3])
-    if len(params) < 3 or not all(isinstance(t, types.Integer) for t in lead):
+    chunk's call), ``_c`` (the chunk) and the rest. A launcher is one function of one signature per argument
+    types, its chunks' code: this packs its arguments into a record on its stack and passes the runner
+    (compiled once for every kernel, parallel or serial: pad/parallel/cpu.py) the record and the address of
+    a small function, defined here beside the launcher, that unpacks the record and calls the launcher for
+    one chunk. Each kernel then compiles one function and no parallel loop of its own (docs/benchmarks.md,
+    "First runs: compiling"), and every launch, on any number of threads, runs the one compiled chunk
+    code."""
+    lead = (nchunks, *params[:2])
+    if len(params) < 2 or not all(isinstance(t, types.Integer) for t in lead):
         return None
 
     def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
-        values = cgutils.unpack_tuple(builder, llargs[2])
+        values = cgutils.unpack_tuple(builder, llargs[1])
         words: list = []
         for value, param in zip(values, params, strict=True):
             words += _record_words(context, builder, param, value)
@@ -184,14 +252,14 @@ def run_chunks(typingctx: Any, nchunks: Any, waves: Any, *params: Any) -> Any:
         for k, word in enumerate(words, 1):
             builder.store(word, cgutils.gep_inbounds(builder, record, 0, k))
         unpack = _chunk_call(context, builder.module, builder.function, params, record_type)
-        counts = [context.cast(builder, v, t, types.int64) for v, t in zip(llargs[:2], lead, strict=False)]
+        chunks = context.cast(builder, llargs[0], nchunks, types.int64)
         addresses = [builder.ptrtoint(x, ir.IntType(64)) for x in (unpack, record)]
-        runner = context.call_conv.get_function_type(types.none, (types.int64,) * 4)
+        runner = context.call_conv.get_function_type(types.none, (types.int64,) * 3)
         callee = builder.inttoptr(values[0], runner.as_pointer())
-        _call(context, builder, callee, (types.int64,) * 4, [*addresses, *counts])
+        _call(context, builder, callee, (types.int64,) * 3, [*addresses, chunks])
         return context.get_dummy_value()
 
-    return types.none(nchunks, waves, types.StarArgTuple.from_types(params)), codegen
+    return types.none(nchunks, types.StarArgTuple.from_types(params)), codegen
 
 
 def _record_words(context: Any, builder: Any, param: Any, value: Any) -> list:
@@ -219,7 +287,7 @@ def _guarded(fields: list) -> Any:
 
 
 def _chunk_call(context: Any, module: Any, launcher: Any, params: tuple, record_type: Any) -> Any:
-    """The function ``(record, chunk, wave)`` calling ``launcher`` as ``launcher(0, chunk, wave, *rest)``, the
+    """The function ``(record, chunk)`` calling ``launcher`` as ``launcher(0, chunk, *rest)``, the
     rest of its arguments read from the record (``run_chunks``), in numba's calling convention.
 
     Every thread reads the record, once per chunk it runs, after the launch's own thread wrote it: it holds
@@ -231,10 +299,10 @@ def _chunk_call(context: Any, module: Any, launcher: Any, params: tuple, record_
     pruning leaves them (as in a launcher by a plan): atomic operations on memory every thread shares, which
     each chunk waits for longer the more threads run."""
     conv = context.call_conv
-    fn = ir.Function(module, conv.get_function_type(types.none, (types.int64,) * 3), f"{launcher.name}.chunk")
+    fn = ir.Function(module, conv.get_function_type(types.none, (types.int64,) * 2), f"{launcher.name}.chunk")
     fn.linkage = "internal"
     builder = ir.IRBuilder(fn.append_basic_block("entry"))
-    address, chunk, wave = conv.get_arguments(fn)
+    address, chunk = conv.get_arguments(fn)
     record = builder.inttoptr(address, record_type.as_pointer())
     fields = iter(range(1, len(record_type.elements) - 1))
 
@@ -254,11 +322,7 @@ def _chunk_call(context: Any, module: Any, launcher: Any, params: tuple, record_
         itemsize = context.get_constant(types.intp, item)
         populate_array(array, data=data, shape=shape, strides=strides, itemsize=itemsize, meminfo=None)
         values.append(array._getvalue())
-    values[:3] = [
-        context.get_constant(params[0], 0),
-        context.cast(builder, chunk, types.int64, params[1]),
-        context.cast(builder, wave, types.int64, params[2]),
-    ]
+    values[:2] = [context.get_constant(params[0], 0), context.cast(builder, chunk, types.int64, params[1])]
     _call(context, builder, launcher, params, values)
     conv.return_native_none(builder)
     return fn

@@ -119,23 +119,22 @@ def _reduce(base: np.ndarray, buffer: np.ndarray) -> None:
         buffer[...] = 0
 
 
-def _run_chunks(chunk: int, record: int, nchunks: int, waves: int) -> None:
-    """Call ``chunk(record, c, w)`` (``runtime.run_chunks``: a launcher's chunk ``c`` of wave ``w``) for the
-    chunks ``0 .. nchunks - 1`` of each wave in turn, the chunks of a wave in parallel (``RUNNERS``)."""
+def _run_chunks(chunk: int, record: int, nchunks: int) -> None:
+    """Call ``chunk(record, c)`` (``runtime.run_chunks``: a launcher's chunk ``c``) for the chunks
+    ``0 .. nchunks - 1`` in parallel (``RUNNERS``)."""
     # numba's parallel loop hands its threads an array by its data pointer, a number by a pointer to it:
     # as an array, the record is one dependent load nearer to the threads that read it.
     words: np.ndarray = runtime.array_at(record, 1, np.int64)  # type: ignore[call-arg]  # typingctx first
-    for w in range(waves):
-        for c in prange(nchunks):  # np.int64: numba makes a prange index uint64 in the loop it lowers it to
-            runtime.call_chunk(chunk, runtime.address_of(words), np.int64(c), w)
+    for c in prange(nchunks):  # np.int64: numba makes a prange index uint64 in the loop it lowers it to
+        runtime.call_chunk(chunk, runtime.address_of(words), np.int64(c))
 
 
 MAILBOX_WORDS = 8
 """A captured launch's mailbox (``_capture``): its capacity in bytes, then the chunks' function, the record's
-address in the mailbox, the chunks, the waves and the record's size; the record's copy after these words."""
+address in the mailbox, the chunks and the record's size; the record's copy after these words."""
 
 
-def _capture(chunk: int, record: int, nchunks: int, waves: int) -> None:
+def _capture(chunk: int, record: int, nchunks: int) -> None:
     """A chunks runner that runs none: it copies the launcher's record (``runtime.run_chunks``) and what the
     launcher passed with it into the mailbox (``MAILBOX_WORDS``) at the address the launcher was given as
     its ``_c``. How a replay's driver (pad/parallel/driver.py) gets a launch's chunks and arguments."""
@@ -143,7 +142,7 @@ def _capture(chunk: int, record: int, nchunks: int, waves: int) -> None:
     size, mailbox = words[runtime.RECORD_SIZE], words[runtime.RECORD_CHUNK]
     box: np.ndarray = runtime.array_at(mailbox, MAILBOX_WORDS, np.int64)  # type: ignore[call-arg]
     copy = mailbox + 8 * MAILBOX_WORDS
-    box[1], box[2], box[3], box[4], box[5] = chunk, copy, nchunks, waves, size
+    box[1], box[2], box[3], box[4] = chunk, copy, nchunks, size
     if size <= box[0]:
         runtime.array_at(copy, size, np.uint8)[:] = runtime.array_at(record, size, np.uint8)  # type: ignore[call-arg]
 
@@ -165,7 +164,7 @@ def runner_address(name: str) -> int:
     loaded from numba's cache on first use. An address is of this process only: never on disk."""
     address = _RUNNER_ADDRESSES.get(name)
     if address is None:
-        runner, signature = RUNNERS[name], (types.int64,) * 4
+        runner, signature = RUNNERS[name], (types.int64,) * 3
         runner.compile(signature)
         compiled = runner.overloads[signature]
         address = compiled.library.get_pointer_to_function(compiled.fndesc.llvm_func_name)
@@ -283,17 +282,17 @@ class Launch:
             return self.captured
         if not self.drivable or any(b is None for b in self.buffers):
             return None
-        call = [*self.call[3:], *(self.buffers if self.planned else ())]
+        call = [*self.call[2:], *(self.buffers if self.planned else ())]
         # a word per number, three per array's dimension: room enough unless tuples are passed, then again
         capacity = 8 * (2 * MAILBOX_WORDS + sum(1 + 2 * getattr(a, "ndim", 0) for a in call))
         while True:
             box = np.zeros(MAILBOX_WORDS + -(-capacity // 8), np.int64)
             box[0] = capacity
-            self.variant.launcher(runner_address("capture"), box.ctypes.data, 0, *call)
-            if box[5] <= capacity:
+            self.variant.launcher(runner_address("capture"), box.ctypes.data, *call)
+            if box[4] <= capacity:
                 self.captured = box
                 return box
-            capacity = int(box[5])
+            capacity = int(box[4])
 
     def sums(self) -> list[tuple[np.ndarray, np.ndarray]]:
         """The bound launch's kept private buffers with the arrays they are summed into, after it runs."""
@@ -307,7 +306,7 @@ class Launch:
         """Work out the launcher's arguments for ``threads`` threads and ``plan``."""
         n, args, extras = self.n, self.args, self.extras
         self.threads, self.plan, self.captured = threads, plan, None
-        run = (runner_address("serial" if self.variant.sites is not None else "parallel"), 0, 0)
+        run = (runner_address("serial" if self.variant.sites is not None else "parallel"), 0)
         if plan is None:
             chunks = max(1, min(threads, n))
             self.call = [*run, *ordered(head("cpu"), _n=n, _nchunks=chunks), *args, *extras]
@@ -329,7 +328,8 @@ class Launch:
         ]
         chunks = max(1, min(threads, slots))
         values = {"_slots": slots, "_order": plan.order, "_segs": plan.segs, "_colours": plan.colours}
-        claims = (len(plan.colours) - 1) * chunks  # a counter per colour and chunk, zeroed by the launcher
+        # per colour, a claim counter per chunk and a count of groups done; zeroed by the launcher
+        claims = (len(plan.colours) - 1) * (chunks + 1)
         values["_claimed"] = self.claimed = np.zeros(claims, np.int64)
         self.call = [
             *run,

@@ -33,7 +33,7 @@ __all__ = ["Program", "grouped"]
 LAUNCH, SUM, COPY, FILL, NOTHING = range(5)
 """The operations of a program's table, a row of ``WIDTH`` int64 each:
 
-- LAUNCH: chunks' function, record, chunks, waves, claim counters' address and count (zeroed first);
+- LAUNCH: chunks' function, record, chunks, claim counters' address and count (zeroed first);
 - SUM: array's address and size, private buffer's address, rows, row length, dtype (``SUMMED``);
 - COPY: destination, source, bytes, whether in parallel;
 - FILL (with zeros): destination, bytes, whether in parallel;
@@ -85,11 +85,10 @@ def _drive(table: np.ndarray) -> None:
         op = table[k]
         kind = op[0]
         if kind == LAUNCH:
-            _zero(_array_at(op[5], op[6], np.int64), 0, op[6])
+            _zero(_array_at(op[4], op[5], np.int64), 0, op[5])
             words = _array_at(op[2], 1, np.int64)  # as in cpu._run_chunks
-            for w in range(op[4]):
-                for c in prange(op[3]):
-                    _call_chunk(op[1], _address_of(words), np.int64(c), w)
+            for c in prange(op[3]):
+                _call_chunk(op[1], _address_of(words), np.int64(c))
         elif kind == SUM:
             size, words = op[2], op[4] * op[5]
             if op[6] == 0:
@@ -206,7 +205,7 @@ class Program:
             return None
         claimed = launch.claimed
         count = 0 if claimed is None else claimed.shape[0]
-        self.table[first] = _row(LAUNCH, *box[1:5], 0 if claimed is None else claimed.ctypes.data, count)
+        self.table[first] = _row(LAUNCH, *box[1:4], 0 if claimed is None else claimed.ctypes.data, count)
         self.table[first + 1 : first + 1 + len(launch.bases)] = _row(NOTHING)
         for k, (base, buffer) in enumerate(sums, first + 1):
             rows = buffer.reshape(buffer.shape[0], -1)
