@@ -520,6 +520,45 @@ def test_gradients_are_identical_on_1_2_and_4_threads():
     assert "identical" in done.stdout
 
 
+SERIAL_CHUNKS = """
+import numba, numpy as np, pad
+from pad.parallel import plans
+from tests.unit.test_inspector import k_hex, hex_nodes
+
+rng = np.random.default_rng(13)
+nodes = hex_nodes(3000)
+x, seed = rng.uniform(-1, 1, 2 * 3001), rng.uniform(-1, 1, 3000)
+out = {}
+for threads in (1, 4):
+    numba.set_num_threads(threads)
+    dx = np.zeros_like(x)
+    pad.autodiff(lambda x, y: pad.launch(k_hex, 3000, nodes, x, y), pad.Dup(x.copy(), dx), pad.Dup(np.zeros(3000), seed.copy()))
+    out[threads] = dx
+assert plans.stats()["kernels"]["k_hex (adjoint)"]["strategy"].startswith("coloured")
+assert len(plans.stats()["kernels"]["k_hex (adjoint)"]["segments"]) > 1
+assert np.array_equal(out[1], out[4])
+print("identical")
+"""
+
+
+def test_colours_apart_when_chunks_run_one_after_another():
+    """A launch's colours run in one parallel region, each chunk waiting for the colour before to be done:
+    where the chunks run one after another (PAD_DEBUG's runner), the first runs every group and the others
+    find each colour done, so the launch neither hangs nor changes its sums."""
+    env = dict(os.environ, NUMBA_NUM_THREADS="4", OMP_NUM_THREADS="1", PAD_DEBUG="1")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SERIAL_CHUNKS)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "identical" in done.stdout
+
+
 @pad.kernel
 def k_histogram(i, x, w, h):
     """Bins computed from floating-point data: no inspector, private buffers."""
