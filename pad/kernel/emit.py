@@ -420,7 +420,7 @@ def launcher_source(
         line("    _first = _colours[_w]")
         line("    _count = _colours[_w + 1] - _first")
         line("    _groups = min(_slots, _count)")
-        line("    if _w > 0:  # the colour before done, all its groups")
+        line("    if _w > 0:  # once every group of the colour before is done")
         line("        wait_for(_claimed, _waves * _nchunks + _w - 1, min(_slots, _first - _colours[_w - 1]))")
         line("    _ran = 0")
         line("    for _v in range(_nchunks):")

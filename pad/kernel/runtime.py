@@ -1,8 +1,8 @@
 """Small compiled helpers that generated kernels call: local arrays on the stack, the growable per-thread
 stacks of reverse mode, the greedy colouring step of inspectors, the digamma function (the derivative of
 ``math.lgamma``), which numba lacks, and the bounds check of ``PAD_DEBUG`` kernels; the numba pipeline
-that compiles generated launchers and inspectors, and the calls between a launcher and the runner of its
-chunks."""
+that compiles generated launchers and inspectors, the calls between a launcher and the runner of its
+chunks, and the atomic counts by which a launch's chunks share a colour's groups and keep its colours apart."""
 
 from __future__ import annotations
 
