@@ -115,22 +115,34 @@ def address_of(typingctx: Any, array: Any) -> Any:
     return types.int64(array), codegen
 
 
+def _counters(counters: Any, *integers: Any) -> bool:
+    """Whether the arguments of ``claim``, ``finish`` or ``wait_for`` are typed as they take them: an int64
+    array of counters, then integers (the counter's index, an amount)."""
+    return (
+        isinstance(counters, types.Array)
+        and counters.dtype == types.int64
+        and all(isinstance(t, types.Integer) for t in integers)
+    )
+
+
+def _counter(context: Any, builder: Any, counters: Any, k: Any, llargs: Any) -> Any:
+    """A pointer to ``counters[k]``, the first two of ``llargs``."""
+    data = make_array(counters)(context, builder, value=llargs[0]).data
+    return builder.gep(data, [context.cast(builder, llargs[1], k, types.intp)])
+
+
 @intrinsic
 def claim(typingctx: Any, counters: Any, k: Any) -> Any:
     """Add one to ``counters[k]`` (an int64 array) atomically; the count before. A launch by a plan hands out
     a colour's groups of segments this way (``emit``): each thread claims its own share's, then what is left
     of the others', so that a thread descheduled by other work, or given the groups that hold most of the
     work, no longer holds the others back."""
-    if not (
-        isinstance(counters, types.Array) and counters.dtype == types.int64 and isinstance(k, types.Integer)
-    ):
+    if not _counters(counters, k):
         return None
 
     def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
-        data = make_array(counters)(context, builder, value=llargs[0]).data
-        index = context.cast(builder, llargs[1], k, types.intp)
         one = context.get_constant(types.int64, 1)
-        return builder.atomic_rmw("add", builder.gep(data, [index]), one, "monotonic")
+        return builder.atomic_rmw("add", _counter(context, builder, counters, k, llargs), one, "monotonic")
 
     return types.int64(counters, k), codegen
 
@@ -139,19 +151,12 @@ def claim(typingctx: Any, counters: Any, k: Any) -> Any:
 def finish(typingctx: Any, counters: Any, k: Any, count: Any) -> Any:
     """Add ``count`` to ``counters[k]`` (an int64 array) atomically, after this thread's stores: a thread
     counts the groups of a colour it ran, so that ``wait_for`` sees them done (release ordering)."""
-    if not (
-        isinstance(counters, types.Array)
-        and counters.dtype == types.int64
-        and isinstance(k, types.Integer)
-        and isinstance(count, types.Integer)
-    ):
+    if not _counters(counters, k, count):
         return None
 
     def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
-        data = make_array(counters)(context, builder, value=llargs[0]).data
-        index = context.cast(builder, llargs[1], k, types.intp)
         amount = context.cast(builder, llargs[2], count, types.int64)
-        builder.atomic_rmw("add", builder.gep(data, [index]), amount, "release")
+        builder.atomic_rmw("add", _counter(context, builder, counters, k, llargs), amount, "release")
         return context.get_dummy_value()
 
     return types.none(counters, k, count), codegen
@@ -166,17 +171,11 @@ def wait_for(typingctx: Any, counters: Any, k: Any, target: Any) -> Any:
     are then seen (acquire ordering). The colours of a launch by a plan are apart by this, within one
     parallel region: each colour's groups counted done before the next colour's are claimed (``emit``).
     After ``SPINS`` loads it yields its core at each (``sched_yield``), to a thread it may be waiting for."""
-    if not (
-        isinstance(counters, types.Array)
-        and counters.dtype == types.int64
-        and isinstance(k, types.Integer)
-        and isinstance(target, types.Integer)
-    ):
+    if not _counters(counters, k, target):
         return None
 
     def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
-        data = make_array(counters)(context, builder, value=llargs[0]).data
-        slot = builder.gep(data, [context.cast(builder, llargs[1], k, types.intp)])
+        slot = _counter(context, builder, counters, k, llargs)
         goal = context.cast(builder, llargs[2], target, types.int64)
         i64 = ir.IntType(64)
         yield_ = cgutils.get_or_insert_function(

@@ -19,11 +19,11 @@ inspector read: each use compares them with copies the plan keeps (in parallel: 
 that stores into one drops the plans made from it, so a plan is never stale. Plans made from the same contents
 of an array share one copy, and a ``pad.graph`` replay compares an array with it once while nothing but
 launches changed integer arrays (``replay.quiet_span``): three adjoints planned from one node list compare
-it once a replay, not three times. A frozen index array (``arrays.frozen``: read-only
-over immutable memory, a mesh's connectivity) can never change: its plans keep the array itself and never
-compare it (LULESH's node lists and neighbours: docs/kernels.md). Where the inspector cannot tell
-(indices computed from floating-point data), the arrays are private; a stencil's adjoint (``Variant.halo``)
-runs blocks of at least ``2 * halo`` indices in two colours, even blocks then odd ones, in place.
+it once a replay, not three times. A frozen index array (``arrays.frozen``: read-only over immutable
+memory, a mesh's connectivity) can never change: its plans keep the array itself and never compare it
+(LULESH's node lists and neighbours: docs/kernels.md). Where the inspector cannot tell (indices computed
+from floating-point data), the arrays are private; a stencil's adjoint (``Variant.halo``) runs blocks of at
+least ``2 * halo`` indices in two colours, even blocks then odd ones, in place.
 
 Segments and colours do not depend on the thread count, so neither does the order of any floating-point sum:
 results are the same on any number of threads (unless ``SLOTS`` private copies of an array would exceed
