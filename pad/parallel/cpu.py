@@ -176,7 +176,9 @@ class Launch:
     """One launch of a CPU launcher on its arguments, callable again: a ``pad.graph`` record keeps it and
     replays it by calling it, without working out its launcher's arguments anew. Each call asks for the
     plan (pad/parallel/plans.py validates a cached one against its index arrays) and the thread count, and
-    binds the launcher's arguments again only where either changed."""
+    binds the launcher's arguments again only where either changed. A plan that cannot change, one without
+    index arrays or made from frozen ones (``pad.arrays.frozen``), is not asked for again while the thread
+    count stays: a replay's Python per launch is then a comparison."""
 
     __slots__ = (
         "args",
@@ -191,6 +193,7 @@ class Launch:
         "plan",
         "planned",
         "private",
+        "settled",
         "slots",
         "stored",
         "threads",
@@ -220,6 +223,7 @@ class Launch:
         # the arrays it stores into whose contents a plan may depend on: index arrays
         self.stored = [args[p] for p in variant.stored if args[p].dtype.kind in INDEX_KINDS]
         self.planned = bool(variant.privates or variant.halo or self.nact)
+        self.settled = False  # whether the bound plan is one that cannot change (``_bind``)
         self.threads = 0  # the thread count ``call`` was bound for (none yet)
         self.plan: plans.Plan | None = None
         # the launcher's arguments (the chunks runner's address first), but for the private buffers and the
@@ -264,6 +268,8 @@ class Launch:
     def prepare(self, threads: int) -> None:
         """Bind the launcher's arguments for ``threads`` threads and the launch's plan (a cached one validated
         against its index arrays), unless they are bound already."""
+        if self.settled and threads == self.threads:
+            return
         plan = plans.plan(self.variant, self.n, self.args) if self.planned else None
         if threads != self.threads or plan is not self.plan:
             self._bind(threads, plan)
@@ -306,6 +312,10 @@ class Launch:
         """Work out the launcher's arguments for ``threads`` threads and ``plan``."""
         n, args, extras = self.n, self.args, self.extras
         self.threads, self.plan, self.captured = threads, plan, None
+        # a plan made while launches are only noted (``pad.precompile``) stands in for the real one
+        ins = self.variant.inspector
+        lasting = not self.planned or ins is None or all(arrays.is_frozen(args[p]) for p in ins.reads)
+        self.settled = lasting and not compiler.noting()
         run = (runner_address("serial" if self.variant.sites is not None else "parallel"), 0)
         if plan is None:
             chunks = max(1, min(threads, n))

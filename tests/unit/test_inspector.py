@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 
+import numba
 import numpy as np
 import pytest
 
@@ -396,20 +397,57 @@ def test_a_frozen_index_array_is_never_compared(monkeypatch):
     monkeypatch.setattr(plans, "_same", lambda a, copy: compares.append(a is fixed) or same(a, copy))
     expected = gradient(k_hex, n, (nodes,), x, seed)
     before = inspections("k_hex")
-    dx, y = np.zeros_like(x), np.zeros(n)
+    dx, y, dy = np.zeros_like(x), np.zeros(n), np.zeros(n)
 
     def run(x, y):
         pad.launch(k_hex, n, fixed, x, y)
 
     replayed = pad.graph(lambda *args: pad.autodiff(run, *args))
-    for _ in range(3):  # launched (the first, inspected), recorded, replayed
-        dx[...] = 0.0
-        replayed(pad.Dup(x.copy(), dx), pad.Dup(y, seed.copy()))
+    for _ in range(3):  # recorded (the first, inspected), replayed twice
+        dx[...], dy[...] = 0.0, seed
+        replayed(pad.Dup(x, dx), pad.Dup(y, dy))
         np.testing.assert_array_equal(dx, expected)
     assert replayed.why is None and inspections("k_hex") == before + 1
     assert True not in compares
     with pytest.raises(ValueError, match=r"k_shift\): the kernel stores into argument 1, which is read-only"):
         pad.launch(k_shift, n, fixed.ravel())
+
+
+def test_a_plan_from_frozen_arrays_is_bound_once_per_thread_count(monkeypatch):
+    """A replayed launch whose plan is made from frozen index arrays asks for it no more while the thread
+    count stays; at another count it is bound anew. Its gradient is the same throughout."""
+    rng = np.random.default_rng(13)
+    n = 3000
+    fixed = pad.arrays.frozen(hex_nodes(n))
+    x, seed = rng.uniform(-1, 1, 2 * (n + 1)), rng.uniform(-1, 1, n)
+    expected = gradient(k_hex, n, (fixed,), x, seed)
+    asked: list[str] = []
+    plan = plans.plan
+    monkeypatch.setattr(
+        plans, "plan", lambda variant, *rest: asked.append(variant.kernel) or plan(variant, *rest)
+    )
+    dx, y, dy = np.zeros_like(x), np.zeros(n), np.zeros(n)
+
+    def run(x, y):
+        pad.launch(k_hex, n, fixed, x, y)
+
+    replayed = pad.graph(lambda *args: pad.autodiff(run, *args))
+    most = numba.config.NUMBA_NUM_THREADS
+    counts = [most] * 3 + ([1] if most > 1 else [])  # recorded, replayed twice, replayed on one thread
+    asks = []
+    try:
+        for threads in counts:
+            numba.set_num_threads(threads)
+            before = len(asked)
+            dx[...], dy[...] = 0.0, seed
+            replayed(pad.Dup(x, dx), pad.Dup(y, dy))
+            np.testing.assert_array_equal(dx, expected)
+            asks.append(len(asked) - before)
+    finally:
+        numba.set_num_threads(most)
+    assert replayed.why is None and set(asked) == {"k_hex"}
+    assert asks[0] > 0 and asks[1:3] == [0, 0]
+    assert most == 1 or asks[3] > 0
 
 
 @pad.kernel
