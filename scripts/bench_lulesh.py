@@ -364,7 +364,7 @@ def launch_profile(
         fn = getattr(owner, name)
         return mock.patch.object(owner, name, _timed(fn, spent, what, time.thread_time, calls))
 
-    def launches_in(table: np.ndarray) -> int:
+    def launches_in(table: np.ndarray, *_: Any) -> int:
         return int((table[:, 0] == driver.LAUNCH).sum())
 
     with contextlib.ExitStack() as patched:

@@ -8,7 +8,9 @@ buffers' sums, the copies and the fills are operations on memory by address. Eac
 asks each launch for its plan (validated against its index arrays, each array once in a replay:
 pad/parallel/plans.py) and the thread count, capturing again a launch bound anew, then drives the table,
 then tells the plans which index arrays the launches stored into. A launch that stores into an index array
-a later launch's plan was made from ends a program, so that the later one is planned after it ran.
+a later launch's plan was made from ends a program, so that the later one is planned after it ran. The table
+runs in one parallel region, its threads passing from one operation to the next by counting what is done,
+as a planned launch's threads pass from one colour to the next (pad/kernel/emit.py).
 
 The Python a replay spends per entry, a few microseconds warm and more once the launches have flushed the
 caches, it spends per program (docs/benchmarks.md, "One compiled driver per replay").
@@ -47,6 +49,9 @@ _array_at: Any = runtime.array_at
 _address_of: Any = runtime.address_of
 _call_chunk: Any = runtime.call_chunk
 _nonnegative: Any = runtime.nonnegative
+_claim: Any = runtime.claim
+_finish: Any = runtime.finish
+_wait_for: Any = runtime.wait_for
 
 
 @njit(cache=True)
@@ -77,50 +82,104 @@ def _sum(out: np.ndarray, rows: np.ndarray, stride: int) -> None:
 
 SUMMED = (np.float64, np.float32, np.int64, np.int32)  # the dtypes of SUM's arrays, by the row's code
 
+LINE = 8  # int64 words a cache line: each row's counters on lines of their own
 
-@njit(parallel=True, cache=True)
-def _drive(table: np.ndarray) -> None:
-    """Run a program's operations in order (``LAUNCH`` ...)."""
+
+@njit(cache=True)
+def _units(op: np.ndarray) -> int:
+    """How many parts the operation ``op`` runs in: a launch's chunks, a parallel copy's or fill's blocks."""
+    if op[0] == LAUNCH:
+        return op[3]
+    if op[0] == COPY and op[4]:
+        return (op[3] + BLOCK_BYTES - 1) // BLOCK_BYTES
+    if op[0] == FILL and op[3]:
+        return (op[2] + BLOCK_BYTES - 1) // BLOCK_BYTES
+    return 1
+
+
+@njit(cache=True)
+def _sum_row(op: np.ndarray) -> None:
+    """A SUM row: the private buffer's rows added into its array."""
+    size, words = op[2], op[4] * op[5]
+    if op[6] == 0:
+        _sum(_array_at(op[1], size, np.float64), _array_at(op[3], words, np.float64), op[5])
+    elif op[6] == 1:
+        _sum(_array_at(op[1], size, np.float32), _array_at(op[3], words, np.float32), op[5])
+    elif op[6] == 2:
+        _sum(_array_at(op[1], size, np.int64), _array_at(op[3], words, np.int64), op[5])
+    else:
+        _sum(_array_at(op[1], size, np.int32), _array_at(op[3], words, np.int32), op[5])
+
+
+@njit(cache=True)
+def _run_part(op: np.ndarray, u: int) -> None:
+    """Part ``u`` of the operation ``op`` (``_units``)."""
+    kind = op[0]
+    if kind == LAUNCH:
+        words = _array_at(op[2], 1, np.int64)  # as in cpu._run_chunks
+        _call_chunk(op[1], _address_of(words), np.int64(u))
+    elif kind == SUM:
+        _sum_row(op)
+    elif kind == COPY:
+        dst, src = _array_at(op[1], op[3], np.uint8), _array_at(op[2], op[3], np.uint8)
+        if op[4]:
+            _copy(dst, src, u * BLOCK_BYTES, min(op[3], (u + 1) * BLOCK_BYTES))
+        else:
+            _copy(dst, src, 0, op[3])
+    elif kind == FILL:
+        dst = _array_at(op[1], op[2], np.uint8)
+        if op[3]:
+            _zero(dst, u * BLOCK_BYTES, min(op[2], (u + 1) * BLOCK_BYTES))
+        else:
+            _zero(dst, 0, op[2])
+
+
+@njit(cache=True)
+def _work(table: np.ndarray, counters: np.ndarray, w: int, workers: int) -> None:
+    """Worker ``w``'s run through the table. Each row's parts are shared out among the workers (a launch's
+    chunk ``w`` is worker ``w``'s, whose elements it touched in the launch before) and claimed share by share
+    through a counter: a worker claims its own share's, then what is left of the others'; it counts the parts
+    it ran done, and waits until the row's are all done before the next row. A worker can thus run the whole
+    table alone: one started late, or never, holds none back."""
     for k in range(table.shape[0]):
         op = table[k]
-        kind = op[0]
-        if kind == LAUNCH:
-            _zero(_array_at(op[4], op[5], np.int64), 0, op[5])
-            words = _array_at(op[2], 1, np.int64)  # as in cpu._run_chunks
-            for c in prange(op[3]):
-                _call_chunk(op[1], _address_of(words), np.int64(c))
-        elif kind == SUM:
-            size, words = op[2], op[4] * op[5]
-            if op[6] == 0:
-                _sum(
-                    _array_at(op[1], size, np.float64),
-                    _array_at(op[3], words, np.float64),
-                    op[5],
-                )
-            elif op[6] == 1:
-                _sum(
-                    _array_at(op[1], size, np.float32),
-                    _array_at(op[3], words, np.float32),
-                    op[5],
-                )
-            elif op[6] == 2:
-                _sum(_array_at(op[1], size, np.int64), _array_at(op[3], words, np.int64), op[5])
-            else:
-                _sum(_array_at(op[1], size, np.int32), _array_at(op[3], words, np.int32), op[5])
-        elif kind == COPY:
-            dst, src = _array_at(op[1], op[3], np.uint8), _array_at(op[2], op[3], np.uint8)
-            if op[4]:
-                for b in prange((op[3] + BLOCK_BYTES - 1) // BLOCK_BYTES):
-                    _copy(dst, src, b * BLOCK_BYTES, min(op[3], (b + 1) * BLOCK_BYTES))
-            else:
-                _copy(dst, src, 0, op[3])
-        elif kind == FILL:
-            dst = _array_at(op[1], op[2], np.uint8)
-            if op[3]:
-                for b in prange((op[2] + BLOCK_BYTES - 1) // BLOCK_BYTES):
-                    _zero(dst, b * BLOCK_BYTES, min(op[2], (b + 1) * BLOCK_BYTES))
-            else:
-                _zero(dst, 0, op[2])
+        if op[0] == NOTHING:
+            continue
+        units, done = _units(op), k * LINE * (1 + workers)
+        ran = 0
+        for v in range(workers):
+            s = (w + v) % workers
+            first = s * units // workers
+            size = (s + 1) * units // workers - first
+            share = done + LINE * (1 + s)
+            while counters[share] < size:  # a load first: the others' shares are mostly taken
+                j = _claim(counters, share)
+                if j >= size:
+                    break
+                _run_part(op, first + j)
+                ran += 1
+        if ran:
+            _finish(counters, done, ran)
+        _wait_for(counters, done, units)
+
+
+@njit(parallel=True, cache=True)
+def _drive(table: np.ndarray, counters: np.ndarray, workers: int) -> None:
+    """Run a program's operations in order (``LAUNCH`` ...) in one parallel region of ``workers`` (numba's
+    thread count: a thread each): they pass from row to row by counting (``_work``), where a region per row
+    would cost its start on every thread. ``counters``: ``counter_words`` of them."""
+    for k in range(table.shape[0]):
+        if table[k, 0] == LAUNCH:
+            _zero(_array_at(table[k, 4], table[k, 5], np.int64), 0, table[k, 5])
+    counters[:] = 0
+    for w in prange(workers):
+        _work(table, counters, w, workers)
+
+
+def counter_words(rows: int, workers: int) -> int:
+    """The counters ``_drive`` takes for a table of ``rows`` rows run by ``workers``: per row, a count of its
+    parts done and a claim counter per worker's share, each on a cache line of its own."""
+    return rows * LINE * (1 + workers)
 
 
 def _row(*words: int) -> np.ndarray:
@@ -175,6 +234,7 @@ class Program:
             self.launches.append((len(rows), launch))
             rows += [_row(NOTHING)] * (1 + len(launch.bases))
         self.table = np.stack(rows)
+        self.counters = np.zeros(0, np.int64)  # ``_drive``'s, for the thread count last run on
         self.written: list[np.ndarray | None] = [None] * len(self.launches)  # the captures the rows hold
         self.stored = [a for _, launch in self.launches for a in launch.stored]
 
@@ -188,8 +248,11 @@ class Program:
                     for entry in self.entries:  # run as recorded
                         entry()
                     return
+        words = counter_words(len(self.table), threads)
+        if self.counters.size != words:
+            self.counters = np.zeros(words, np.int64)
         try:
-            _drive(self.table)
+            _drive(self.table, self.counters, threads)
         except BaseException:
             for _, launch in self.launches:
                 launch.threads = 0  # bound anew at the next call: the kept buffers may hold part of a sum

@@ -4,6 +4,10 @@ the same results, to the bit, as each entry run from Python; plans still validat
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
+import textwrap
 
 import numba
 import numpy as np
@@ -140,3 +144,44 @@ def test_a_launch_that_writes_a_later_launch_s_index_array_ends_its_program() ->
     assert driven == [["k_square", "k_shift"]]  # k_spread, planned after k_shift ran, on its own
     for a, b in zip((cells, w, x, y, z, hits), fresh, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+ONE_AFTER_ANOTHER = """
+import numba, numpy as np
+from pad.parallel import driver
+from tests.unit.test_driver import _gradient_step, _pair, _programs
+
+numba.set_num_threads(4)
+(ours, our_shadows), (theirs, their_shadows) = _pair()
+driven = _gradient_step(ours, our_shadows)
+driver.ENABLED = False
+from_python = _gradient_step(theirs, their_shadows)
+driver.ENABLED = True
+driver._drive = numba.njit(driver._drive.py_func)  # its workers one after another (not cached: a twin)
+for _ in range(3):
+    driven()
+    from_python()
+launches = [p.table[p.table[:, 0] == driver.LAUNCH] for p in _programs(driven)]
+assert any(len(t) >= 3 and (t[:, 3] == 4).all() for t in launches)
+for a, b in zip([*ours, *our_shadows], [*theirs, *their_shadows], strict=True):
+    assert np.array_equal(a, b)
+print("identical")
+"""
+
+
+def test_a_program_runs_whole_when_its_workers_run_one_after_another() -> None:
+    """A program's workers pass from row to row by counting the parts done; the first to run claims all
+    that no other has, so a program whose workers run one after another (here its parallel loop compiled
+    serial, each launch in 4 chunks) completes, with the results of the entries run from Python."""
+    env = dict(os.environ, NUMBA_NUM_THREADS="4", OMP_NUM_THREADS="1")
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(ONE_AFTER_ANOTHER)],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "identical" in done.stdout
