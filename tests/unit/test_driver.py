@@ -156,11 +156,16 @@ numba.set_num_threads(4)
 driven = _gradient_step(ours, our_shadows)
 driver.ENABLED = False
 from_python = _gradient_step(theirs, their_shadows)
+from_python()
+from_python()  # its record's runs made without programs
 driver.ENABLED = True
 driver._drive = numba.njit(driver._drive.py_func)  # its workers one after another (not cached: a twin)
+for _ in range(2):
+    driven()
 for _ in range(3):
     driven()
     from_python()
+assert not _programs(from_python)
 launches = [p.table[p.table[:, 0] == driver.LAUNCH] for p in _programs(driven)]
 assert any(len(t) >= 3 and (t[:, 3] == 4).all() for t in launches)
 for a, b in zip([*ours, *our_shadows], [*theirs, *their_shadows], strict=True):
