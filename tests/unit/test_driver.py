@@ -4,10 +4,6 @@ the same results, to the bit, as each entry run from Python; plans still validat
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
-import textwrap
 
 import numba
 import numpy as np
@@ -15,6 +11,7 @@ import pytest
 
 import pad
 from pad.parallel import driver
+from tests.unit.four_threads import assert_prints_identical
 
 
 @pad.kernel
@@ -178,15 +175,4 @@ def test_a_program_runs_whole_when_its_workers_run_one_after_another() -> None:
     """A program's workers pass from row to row by counting the parts done; the first to run claims all
     that no other has, so a program whose workers run one after another (here its parallel loop compiled
     serial, each launch in 4 chunks) completes, with the results of the entries run from Python."""
-    env = dict(os.environ, NUMBA_NUM_THREADS="4", OMP_NUM_THREADS="1")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(ONE_AFTER_ANOTHER)],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "identical" in done.stdout
+    assert_prints_identical(ONE_AFTER_ANOTHER)

@@ -4,10 +4,6 @@ validity when index arrays change, thread-count independence and bad index array
 from __future__ import annotations
 
 import math
-import os
-import subprocess
-import sys
-import textwrap
 
 import numba
 import numpy as np
@@ -16,6 +12,7 @@ import pytest
 import pad
 import pad.mpi
 from pad.parallel import plans
+from tests.unit.four_threads import assert_prints_identical
 
 
 @pad.kernel
@@ -549,18 +546,13 @@ print("identical")
 
 
 def test_gradients_are_identical_on_1_2_and_4_threads():
-    env = dict(os.environ, NUMBA_NUM_THREADS="4", OMP_NUM_THREADS="1")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(THREADS)], cwd=root, env=env, capture_output=True, text=True
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "identical" in done.stdout
+    assert_prints_identical(THREADS)
 
 
 SERIAL_CHUNKS = """
 import numba, numpy as np, pad
 from pad.parallel import plans
+from tests.unit.four_threads import assert_prints_identical
 from tests.unit.test_inspector import k_hex, hex_nodes
 
 rng = np.random.default_rng(13)
@@ -583,18 +575,7 @@ def test_colours_apart_when_chunks_run_one_after_another():
     """A launch's colours run in one parallel region, each chunk waiting for the colour before to be done:
     where the chunks run one after another (PAD_DEBUG's runner), the first runs every group and the others
     find each colour done, so the launch neither hangs nor changes its sums."""
-    env = dict(os.environ, NUMBA_NUM_THREADS="4", OMP_NUM_THREADS="1", PAD_DEBUG="1")
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    done = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(SERIAL_CHUNKS)],
-        cwd=root,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    assert "identical" in done.stdout
+    assert_prints_identical(SERIAL_CHUNKS, PAD_DEBUG="1")
 
 
 @pad.kernel
