@@ -45,6 +45,14 @@ one call to the next, zeroed by each sum, where larger ones go back to ``SPARE``
 and gives back none (a pool's look-ups cost more than such a sum)."""
 
 
+PARTS = 8
+"""A launch without a plan runs in this many chunks a thread (on more than one): a replay's driver shares
+them out, each thread claiming its own (the elements it touched in the launch before) and then what is
+left of the others', so that a thread the machine slows (a core shared, a slower way to memory) hands its
+last chunks to the others instead of holding the launch's end back (docs/benchmarks.md, "Chunks that
+threads pass on"). Run from Python, a thread gets its own consecutive chunks, as one."""
+
+
 ROW_BLOCK = 512
 """Elements of the sum of private copies that one pass takes: the copies are read one after another over
 such a block (which stays in the L1 cache), where reading all of them at once element by element kept 64
@@ -318,7 +326,7 @@ class Launch:
         self.settled = lasting and not compiler.noting()
         run = (runner_address("serial" if self.variant.sites is not None else "parallel"), 0)
         if plan is None:
-            chunks = max(1, min(threads, n))
+            chunks = max(1, min(threads * PARTS if threads > 1 else 1, n))
             self.call = [*run, *ordered(head("cpu"), _n=n, _nchunks=chunks), *args, *extras]
             return
         self.private = [p in plan.private for _, p in self.variant.privates]

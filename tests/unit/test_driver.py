@@ -164,7 +164,7 @@ for _ in range(3):
     from_python()
 assert not _programs(from_python)
 launches = [p.table[p.table[:, 0] == driver.LAUNCH] for p in _programs(driven)]
-assert any(len(t) >= 3 and (t[:, 3] == 4).all() for t in launches)
+assert any(len(t) >= 3 and (t[:, 3] >= 4).all() for t in launches)
 for a, b in zip([*ours, *our_shadows], [*theirs, *their_shadows], strict=True):
     assert np.array_equal(a, b)
 print("identical")
@@ -174,5 +174,5 @@ print("identical")
 def test_a_program_runs_whole_when_its_workers_run_one_after_another() -> None:
     """A program's workers pass from row to row by counting the parts done; the first to run claims all
     that no other has, so a program whose workers run one after another (here its parallel loop compiled
-    serial, each launch in 4 chunks) completes, with the results of the entries run from Python."""
+    serial, each launch in at least 4 chunks) completes, with the results of the entries run from Python."""
     assert_prints_identical(ONE_AFTER_ANOTHER)
