@@ -8,7 +8,8 @@ faster), the ratio pad / original and the Final Origin Energy of both. ``--devic
 too. ``--forces`` times the two ways of summing corner forces to nodes (see ``forces_study``),
 ``--per-cycle`` the per-cycle gradient against the primal cycle in one process (``cycle_ratio``),
 ``--speedup`` both cycles on every thread count in one process, the counts alternating (``thread_speedup``),
-``--per-launcher`` each launcher of both cycles (``per_launcher``) and ``--launches`` what the gradient's
+``--per-launcher`` each launcher of both cycles (``per_launcher``), ``--rows`` the rows of the replays'
+compiled programs, where their threads wait (``row_profile``), and ``--launches`` what the gradient's
 cycle spends outside the compiled launchers (``launch_profile``), all after ``--after`` primal cycles (the
 blast's early cycles leave most of the mesh at rest, where the adjoints find zero seeds and skip their
 work); ``--no-runs`` leaves out the app's runs.
@@ -263,6 +264,96 @@ def thread_speedup(
     }
 
 
+def _row_names(program: Any) -> list[str]:
+    """What each row of a replay's program runs (pad/parallel/driver.py): a launch's kernel and mode, the sum
+    of a launch's private buffers, a copy or a fill and its megabytes, or nothing."""
+    from pad.parallel import driver
+
+    names = {first: f"{launch.variant.kernel} ({launch.variant.mode})" for first, launch in program.launches}
+    kinds = {driver.SUM: "sum", driver.COPY: "copy", driver.FILL: "fill", driver.NOTHING: "-"}
+    out = []
+    for k, op in enumerate(program.table):
+        if k in names:
+            out.append(names[k])
+        elif op[0] in (driver.COPY, driver.FILL):
+            out.append(f"{kinds[op[0]]} {op[3 if op[0] == driver.COPY else 2] / 1e6:.2f} MB")
+        else:
+            out.append(kinds[op[0]])
+    return out
+
+
+def row_profile(
+    size: int, threads: list[int], after: int = 0, cycles: int = 3, rounds: int = 7
+) -> dict[str, Any]:
+    """Where the replayed primal and gradient cycles' compiled programs spend their threads' time, row by row
+    (pad/parallel/driver.py, ``PROFILE``), the thread counts alternating round by round as in
+    ``thread_speedup``: per row, its span (from the end of the row before, or the first worker's entering, to
+    its own end, when its first worker leaves its wait), its workers' seconds in its parts and their seconds
+    waiting at its end for the others, each the median over the rounds' cycles. Waiting shows a row's imbalance: parts
+    the machine slowed, or a colour's busy groups, that the other threads could not share."""
+    import numba
+
+    from pad.kernel import runtime
+    from pad.parallel import driver
+
+    ticks: Any = runtime.ticks  # numba's typing context first: mypy would want it here
+    now = numba.njit(lambda: ticks())
+    hydro, state, step = _recorded_gradient(size, max(threads), after)
+    begin, first = time.perf_counter(), now()
+    time.sleep(0.2)
+    per_second = (now() - first) / (time.perf_counter() - begin)
+    t = after + 4
+    samples: dict[tuple[int, str], list[tuple[Any, np.ndarray]]] = {}
+    try:
+        for r in range(rounds + 1):  # the first round warms them
+            for n in threads:
+                numba.set_num_threads(n)
+                for name, leapfrog in (("primal", hydro.replayed_leapfrog), ("gradient", step)):
+                    driver.PROFILE = []
+                    _lap(hydro, state, leapfrog, cycles, t)
+                    t += cycles
+                    if r:
+                        samples.setdefault((n, name), []).extend(driver.PROFILE)
+    finally:
+        driver.PROFILE = None
+        numba.set_num_threads(max(threads))
+    rows: dict[str, list[dict[str, Any]]] = {}
+    for (n, name), runs in samples.items():
+        by_row: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
+        programs = list(dict.fromkeys(id(p) for p, _ in runs))
+        for program, stamps in runs:
+            done = stamps[:, :, 2].min(axis=0)  # the first worker to leave a row's wait: when it ended
+            used = np.flatnonzero(program.table[:, 0] != driver.NOTHING)
+            before = stamps[:, used[0], 0].min()
+            for k in used.tolist():
+                parts = float((stamps[:, k, 1] - stamps[:, k, 0]).sum())
+                waiting = float((stamps[:, k, 2] - stamps[:, k, 1]).sum())
+                by_row.setdefault((programs.index(id(program)), k), []).append(
+                    (float(done[k] - before), parts, waiting)
+                )
+                before = done[k]
+        names = {programs.index(id(p)): _row_names(p) for p, _ in runs}
+        rows[f"{n}:{name}"] = [
+            {
+                "program": i,
+                "row": int(k),
+                "what": names[i][k],
+                **dict(
+                    zip(("span_s", "parts_s", "waiting_s"), np.median(v, axis=0) / per_second, strict=True)
+                ),
+            }
+            for (i, k), v in by_row.items()
+        ]
+    return {
+        "size": size,
+        "threads": threads,
+        "after": after,
+        "cycles": cycles,
+        "rounds": rounds,
+        "rows": rows,
+    }
+
+
 def driver_study(size: int, threads: int, after: int = 0, cycles: int = 5, rounds: int = 9) -> dict[str, Any]:
     """The per-cycle primal and gradient with the replays' compiled driver (pad/parallel/driver.py) and
     without it, in one process: two LULESHs recorded one way each, advanced alternately, ``rounds`` times
@@ -497,7 +588,7 @@ def main() -> None:
         type=int,
         default=0,
         metavar="CYCLES",
-        help="--per-cycle, --speedup, --per-launcher and --launches start after this many primal cycles "
+        help="--per-cycle, --speedup, --rows, --per-launcher and --launches start after this many primal cycles "
         "(default 0)",
     )
     p.add_argument(
@@ -505,6 +596,12 @@ def main() -> None:
         action="store_true",
         help="also time the per-cycle primal and gradient on every --threads count in one process, "
         "the counts alternating round by round (per case)",
+    )
+    p.add_argument(
+        "--rows",
+        action="store_true",
+        help="also profile the replayed cycles' compiled programs row by row on every --threads count in one "
+        "process: each row's span, its threads' time in its parts and waiting at its end (per case)",
     )
     p.add_argument(
         "--per-launcher",
@@ -581,6 +678,12 @@ def main() -> None:
         study = thread_speedup(size, args.threads, args.after)
         result.setdefault("speedup", []).append(study)
         print(json.dumps(study), flush=True)
+    for size, _ in args.cases if args.rows else []:
+        study = row_profile(size, args.threads, args.after)
+        result.setdefault("row_profile", []).append(study)
+        for key, profile in study["rows"].items():
+            for row in profile:
+                print(key, json.dumps(row), flush=True)
     per_threads = [  # asked, the result's key, the study of one case on one thread count
         (args.per_cycle, "per_cycle", cycle_ratio),
         (args.per_launcher, "per_launcher", per_launcher),

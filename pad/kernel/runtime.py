@@ -2,7 +2,8 @@
 stacks of reverse mode, the greedy colouring step of inspectors, the digamma function (the derivative of
 ``math.lgamma``), which numba lacks, and the bounds check of ``PAD_DEBUG`` kernels; the numba pipeline
 that compiles generated launchers and inspectors, the calls between a launcher and the runner of its
-chunks, and the atomic counts by which a launch's chunks share a colour's groups and keep its colours apart."""
+chunks, the atomic counts by which a launch's chunks share a colour's groups and keep its colours apart, and
+the time-stamp counter that profiles a replay's driver."""
 
 from __future__ import annotations
 
@@ -200,6 +201,20 @@ def wait_for(typingctx: Any, counters: Any, k: Any, target: Any) -> Any:
         return context.get_dummy_value()
 
     return types.none(counters, k, target), codegen
+
+
+@intrinsic
+def ticks(typingctx: Any) -> Any:
+    """The processor's time-stamp counter (``llvm.readcyclecounter``): a replay's driver stamps its rows with
+    it when profiled (pad/parallel/driver.py, ``PROFILE``), a load no call or clock setting slows."""
+
+    def codegen(context: Any, builder: Any, sig: Any, llargs: Any) -> Any:
+        counter = builder.module.declare_intrinsic(
+            "llvm.readcyclecounter", fnty=ir.FunctionType(ir.IntType(64), [])
+        )
+        return builder.call(counter, [])
+
+    return types.int64(), codegen
 
 
 @intrinsic

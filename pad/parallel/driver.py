@@ -52,6 +52,7 @@ _nonnegative: Any = runtime.nonnegative
 _claim: Any = runtime.claim
 _finish: Any = runtime.finish
 _wait_for: Any = runtime.wait_for
+_ticks: Any = runtime.ticks
 
 
 @njit(cache=True)
@@ -135,16 +136,20 @@ def _run_part(op: np.ndarray, u: int) -> None:
 
 
 @njit(cache=True)
-def _work(table: np.ndarray, counters: np.ndarray, w: int, workers: int) -> None:
-    """Worker ``w``'s run through the table. Each row's parts are shared out among the workers (a launch's
-    chunk ``w`` is worker ``w``'s, whose elements it touched in the launch before) and claimed share by share
-    through a counter: a worker claims its own share's, then what is left of the others'; it counts the parts
-    it ran done, and waits until the row's are all done before the next row. A worker can thus run the whole
-    table alone: one started late, or never, holds none back."""
+def _work(table: np.ndarray, counters: np.ndarray, w: int, workers: int, stamps: np.ndarray) -> None:
+    """Worker ``w``'s run through the table. Each row's parts are shared out among the workers (share ``w`` of a
+    launch's chunks is worker ``w``'s, whose elements it touched in the launch before) and claimed
+    share by share through a counter: a worker claims its own share's, then what is left of the others'; it
+    counts the parts it ran done, and waits until the row's are all done before the next row. A worker can
+    thus run the whole table alone: one started late, or never, holds none back. With ``stamps`` (not empty:
+    ``PROFILE``) it stamps each row as it enters it, leaves its parts and leaves its wait."""
+    profiled = stamps.shape[0] > 0
     for k in range(table.shape[0]):
         op = table[k]
         if op[0] == NOTHING:
             continue
+        if profiled:
+            stamps[w, k, 0] = _ticks()
         units, done = _units(op), k * LINE * (1 + workers)
         ran = 0
         for v in range(workers):
@@ -160,20 +165,32 @@ def _work(table: np.ndarray, counters: np.ndarray, w: int, workers: int) -> None
                 ran += 1
         if ran:
             _finish(counters, done, ran)
+        if profiled:
+            stamps[w, k, 1] = _ticks()
         _wait_for(counters, done, units)
+        if profiled:
+            stamps[w, k, 2] = _ticks()
 
 
 @njit(parallel=True, cache=True)
-def _drive(table: np.ndarray, counters: np.ndarray, workers: int) -> None:
+def _drive(table: np.ndarray, counters: np.ndarray, workers: int, stamps: np.ndarray) -> None:
     """Run a program's operations in order (``LAUNCH`` ...) in one parallel region of ``workers`` (numba's
     thread count: a thread each): they pass from row to row by counting (``_work``), where a region per row
-    would cost its start on every thread. ``counters``: ``counter_words`` of them."""
+    would cost its start on every thread. ``counters``: ``counter_words`` of them; ``stamps``: ``_work``'s."""
     for k in range(table.shape[0]):
         if table[k, 0] == LAUNCH:
             _zero(_array_at(table[k, 4], table[k, 5], np.int64), 0, table[k, 5])
     counters[:] = 0
     for w in prange(workers):
-        _work(table, counters, w, workers)
+        _work(table, counters, w, workers, stamps)
+
+
+PROFILE: list[tuple[Program, np.ndarray]] | None = None
+"""Where a list, each program run appends itself and its rows' stamps (``runtime.ticks``), an int64 array
+``(workers, rows, 3)``: as each worker entered the row, left its parts and left the row's wait (zeros for
+the rows a launch leaves empty). ``scripts/bench_lulesh.py --rows`` sums them per row: where each row's
+threads wait for the others."""
+_NO_STAMPS = np.zeros((0, 0, 3), np.int64)
 
 
 def counter_words(rows: int, workers: int) -> int:
@@ -251,12 +268,15 @@ class Program:
         words = counter_words(len(self.table), threads)
         if self.counters.size != words:
             self.counters = np.zeros(words, np.int64)
+        stamps = _NO_STAMPS if PROFILE is None else np.zeros((threads, len(self.table), 3), np.int64)
         try:
-            _drive(self.table, self.counters, threads)
+            _drive(self.table, self.counters, threads, stamps)
         except BaseException:
             for _, launch in self.launches:
                 launch.threads = 0  # bound anew at the next call: the kept buffers may hold part of a sum
             raise
+        if PROFILE is not None:
+            PROFILE.append((self, stamps))
         if self.stored:
             plans.forget(self.stored)
 

@@ -9,7 +9,7 @@ from apps.lulesh import kernels
 from apps.minibude.deck import synthetic_deck
 from apps.minibude.driver import Docking
 from pad.parallel import driver
-from scripts.bench_lulesh import cycle_ratio, driver_study, per_launcher, thread_speedup
+from scripts.bench_lulesh import cycle_ratio, driver_study, per_launcher, row_profile, thread_speedup
 from scripts.bench_minibude import alternate
 
 
@@ -59,6 +59,20 @@ def test_luleshs_speedup_alternates_the_thread_counts():
         assert set(times) == set(speedup) == {"1", "2"} and min(times.values()) > 0
         assert speedup["1"] == 1.0 and speedup["2"] == pytest.approx(times["1"] / times["2"])
     assert numba.get_num_threads() == 2
+
+
+def test_luleshs_rows_profiled_per_thread_count():
+    """Each cycle's program rows, named by what they run, their spans within the cycle; the gradient's adjoint
+    rows in its profile only; the driver unprofiled after."""
+    threads = [1, min(2, numba.config.NUMBA_NUM_THREADS)]  # type: ignore[attr-defined]
+    row = row_profile(3, threads, cycles=2, rounds=2)
+    assert set(row["rows"]) == {f"{n}:{name}" for n in threads for name in ("primal", "gradient")}
+    for key, rows in row["rows"].items():
+        what = [r["what"] for r in rows]
+        assert "k_element_forces (primal)" in what
+        assert any(w.endswith("(adjoint)") for w in what) == key.endswith("gradient")
+        assert all(r["span_s"] >= 0 and r["parts_s"] > 0 and r["waiting_s"] >= 0 for r in rows)
+    assert driver.PROFILE is None and numba.get_num_threads() == max(threads)
 
 
 def test_luleshs_launchers_timed_one_by_one(one_thread):

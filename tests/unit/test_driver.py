@@ -107,6 +107,31 @@ def test_a_driven_replay_equals_one_from_python_to_the_bit(monkeypatch: pytest.M
             np.testing.assert_array_equal(a, b)
 
 
+def test_a_profiled_program_stamps_its_rows_in_order_and_computes_the_same(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    (ours, our_shadows), (theirs, their_shadows) = _pair()
+    profiled, plain = _gradient_step(ours, our_shadows), _gradient_step(theirs, their_shadows)
+    for _ in range(2):
+        profiled()
+        plain()
+    runs: list = []
+    monkeypatch.setattr(driver, "PROFILE", runs)
+    profiled()
+    monkeypatch.setattr(driver, "PROFILE", None)
+    plain()
+    for a, b in zip([*ours, *our_shadows], [*theirs, *their_shadows], strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert [program for program, _ in runs] == _programs(profiled)
+    for program, stamps in runs:
+        rows = program.table[:, 0] != driver.NOTHING
+        assert stamps.shape == (numba.get_num_threads(), len(program.table), 3)
+        assert not stamps[:, ~rows].any()
+        # each worker's stamps: entered, left its parts, left the wait, row after row
+        for worker in stamps[:, rows].reshape(stamps.shape[0], -1):
+            assert worker[0] > 0 and (np.diff(worker) >= 0).all()
+
+
 def test_an_index_array_changed_by_numpy_is_planned_anew() -> None:
     args = _arguments()
     cells = args[0]
