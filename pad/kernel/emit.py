@@ -364,10 +364,12 @@ zero). Not ``nnan``/``ninf``: a NaN or infinity still reaches the gradient. LULE
 25% less time, the element forces' 15% (docs/benchmarks.md, "Fast-math flags for plain adjoints"). Kernels
 that make integers from floats keep exact arithmetic (``analysis.needs_exact_arithmetic``)."""
 
-# A CPU launcher's chunks (without a plan) are runs of whole blocks of this many launch indices. LLVM
-# vectorizes a chunk's loop and runs its last indices in scalar code, whose fast-math rounding may differ from
-# the vector code's: bounds that depend on the chunk count only in multiples of a whole vector loop's step put
-# every index on the same path for any thread count, so results are identical on 1 to 16 threads.
+# A fast-math CPU launcher's chunks (without a plan) are runs of whole blocks of this many launch indices.
+# LLVM vectorizes a chunk's loop and runs its last indices in scalar code, whose rounding under fast-math flags
+# may differ from the vector code's: bounds that depend on the chunk count only in multiples of a whole vector
+# loop's step put every index on the same path for any thread count, so results are identical on 1 to 16
+# threads. Without those flags both paths round alike, and chunks split the indices evenly: a kernel of a few
+# costly indices still spreads over the threads.
 CHUNK_ALIGN = 64
 CLEAR_BLOCK = 2048  # launch indices per block whose seeds a CPU adjoint clears together
 
@@ -402,12 +404,14 @@ def launcher_source(
     if launcher.planned:
         p.lines.append("        _claimed[:] = 0")
     p.lines.append(f"        return run_chunks(_nchunks, _run, _c, {args})")
-    if not launcher.planned:
+    if not launcher.planned and flags:  # fast-math code: whole blocks (CHUNK_ALIGN)
         blocks = f"(_n + {CHUNK_ALIGN - 1}) // {CHUNK_ALIGN}"
         p.lines += [
             f"    _lo = min(_n, {blocks} * _c // _nchunks * {CHUNK_ALIGN})  # one rounding for any chunk count",
             f"    _hi = min(_n, {blocks} * (_c + 1) // _nchunks * {CHUNK_ALIGN})",
         ]
+    elif not launcher.planned:
+        p.lines += ["    _lo = _n * _c // _nchunks", "    _hi = _n * (_c + 1) // _nchunks"]
     for local in launcher.locals:
         stack = int(np.prod(local.shape)) * local.dtype.itemsize <= STACK_BYTES
         p.lines.append(
