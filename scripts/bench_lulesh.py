@@ -289,8 +289,8 @@ def row_profile(
     (pad/parallel/driver.py, ``PROFILE``), the thread counts alternating round by round as in
     ``thread_speedup``: per row, its span (from the end of the row before, or the first worker's entering, to
     its own end, when its first worker leaves its wait), its workers' seconds in its parts and their seconds
-    waiting at its end for the others, each the median over the rounds' cycles. Waiting shows a row's imbalance: parts
-    the machine slowed, or a colour's busy groups, that the other threads could not share."""
+    waiting at its end for the others, each the median over the rounds' cycles. Waiting shows a row's
+    imbalance: parts the machine slowed, or a colour's busy groups, that the other threads could not share."""
     import numba
 
     from pad.kernel import runtime

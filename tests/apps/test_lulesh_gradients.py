@@ -81,8 +81,8 @@ print("identical")
 
 
 def test_one_cycle_gradient_is_identical_on_1_2_and_4_threads():
-    """Scatter adjoints run by plans that do not depend on the thread count, so no sum does; the other
-    launches' chunks start where the vector loops' steps do for any count, so no rounding does either."""
+    """Scatter adjoints run by plans that do not depend on the thread count, so no sum does; fast-math
+    launchers' chunks start where the vector loops' steps do for any count, so no rounding does either."""
     env = dict(os.environ, NUMBA_NUM_THREADS="4", OMP_NUM_THREADS="1")
     done = subprocess.run(
         [sys.executable, "-c", THREADS],
