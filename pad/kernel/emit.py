@@ -364,14 +364,26 @@ zero). Not ``nnan``/``ninf``: a NaN or infinity still reaches the gradient. LULE
 25% less time, the element forces' 15% (docs/benchmarks.md, "Fast-math flags for plain adjoints"). Kernels
 that make integers from floats keep exact arithmetic (``analysis.needs_exact_arithmetic``)."""
 
-# A fast-math CPU launcher's chunks (without a plan) are runs of whole blocks of this many launch indices.
-# LLVM vectorizes a chunk's loop and runs its last indices in scalar code, whose rounding under fast-math flags
-# may differ from the vector code's: bounds that depend on the chunk count only in multiples of a whole vector
-# loop's step put every index on the same path for any thread count, so results are identical on 1 to 16
-# threads. Without those flags both paths round alike, and chunks split the indices evenly: a kernel of a few
-# costly indices still spreads over the threads.
+# A fast-math CPU launcher's chunks (without a plan) are runs of whole blocks of this many launch indices
+# where LLVM may vectorize its loop over them (``_vectorizable``). LLVM runs a vectorized loop's last indices in
+# scalar code, whose rounding under fast-math flags may differ from the vector code's: bounds that depend on
+# the chunk count only in multiples of a whole vector loop's step put every index on the same path for any
+# thread count, so results are identical on 1 to 16 threads. Elsewhere (no fast-math flags: both paths round
+# alike; loops within: the launch index's is not vectorized) chunks split the indices evenly, so that a kernel
+# of a few costly indices (miniBUDE's blocks of poses) still spreads over the threads.
 CHUNK_ALIGN = 64
 CLEAR_BLOCK = 2048  # launch indices per block whose seeds a CPU adjoint clears together
+
+
+def _vectorizable(body: list[Stmt]) -> bool:
+    """Whether LLVM may vectorize a chunk's loop over launch indices: it vectorizes innermost loops, and the
+    launch index's is one unless ``body`` has a loop LLVM cannot unroll whole (one of a literal trip count,
+    such as LULESH's eight corners, it may)."""
+    return not any(
+        isinstance(s, While)
+        or (isinstance(s, For) and not all(isinstance(e, Lit) for e in (s.start, s.stop)))
+        for s in walk(body)
+    )
 
 
 def launcher_source(
@@ -404,7 +416,7 @@ def launcher_source(
     if launcher.planned:
         p.lines.append("        _claimed[:] = 0")
     p.lines.append(f"        return run_chunks(_nchunks, _run, _c, {args})")
-    if not launcher.planned and flags:  # fast-math code: whole blocks (CHUNK_ALIGN)
+    if not launcher.planned and flags and _vectorizable(body):  # whole blocks (CHUNK_ALIGN)
         blocks = f"(_n + {CHUNK_ALIGN - 1}) // {CHUNK_ALIGN}"
         p.lines += [
             f"    _lo = min(_n, {blocks} * _c // _nchunks * {CHUNK_ALIGN})  # one rounding for any chunk count",

@@ -407,3 +407,39 @@ def test_an_index_below_the_launch_index_still_wraps_as_in_python():
     )
     want = np.roll(seed * x[idx], -1) + np.bincount(idx, seed * np.roll(x, 1), minlength=n)
     np.testing.assert_allclose(dx, want, rtol=1e-14)
+
+
+@pad.kernel(fastmath=True)
+def k_row_sums(i, a, out):
+    total = 0.0
+    for j in range(a.shape[1]):
+        total += a[i, j]
+    out[i] = total
+
+
+@pad.kernel(fastmath=True)
+def k_halve(i, a, out):
+    out[i] = 0.5 * a[i]
+
+
+WHOLE_BLOCKS = "_lo = min(_n, (_n + 63) // 64 * _c // _nchunks * 64)"
+EVEN = "_lo = _n * _c // _nchunks"
+
+
+def test_chunks_are_whole_blocks_where_fast_math_may_vectorize_the_index_loop():
+    """Whole 64-index blocks where a vectorized loop's scalar tail would round otherwise (fast-math, no loop
+    inside); even shares elsewhere, so that a few costly indices still spread over the threads."""
+    a, out = np.ones((5, 3)), np.zeros(5)
+    assert WHOLE_BLOCKS in pad.show(k_halve, "primal", a[:, 0].copy(), out)
+    assert EVEN in pad.show(k_row_sums, "primal", a, out)  # its index loop is not the innermost
+    assert EVEN in pad.show(k_sine, "primal", out, out.copy())  # no fast-math flags: one rounding
+    assert WHOLE_BLOCKS in pad.show(
+        k_sine, "adjoint", pad.Dup(out, out.copy()), pad.Dup(out.copy(), out.copy())
+    )
+
+
+@pytest.mark.parametrize("n", [1, 63, 64, 65, 1000, 4099])
+def test_whole_block_chunks_cover_every_index(n):
+    x, y = np.linspace(1.0, 2.0, n), np.zeros(n)
+    pad.launch(k_halve, n, x, y)
+    np.testing.assert_array_equal(y, 0.5 * x)
