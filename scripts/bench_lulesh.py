@@ -320,19 +320,18 @@ def row_profile(
     rows: dict[str, list[dict[str, Any]]] = {}
     for (n, name), runs in samples.items():
         by_row: dict[tuple[int, int], list[tuple[float, float, float]]] = {}
-        programs = list(dict.fromkeys(id(p) for p, _ in runs))
+        programs = list({id(p): p for p, _ in runs}.values())  # each once, in the order they ran
+        names = [_row_names(p) for p in programs]
         for program, stamps in runs:
+            i = next(j for j, p in enumerate(programs) if p is program)
             done = stamps[:, :, 2].min(axis=0)  # the first worker to leave a row's wait: when it ended
             used = np.flatnonzero(program.table[:, 0] != driver.NOTHING)
             before = stamps[:, used[0], 0].min()
             for k in used.tolist():
                 parts = float((stamps[:, k, 1] - stamps[:, k, 0]).sum())
                 waiting = float((stamps[:, k, 2] - stamps[:, k, 1]).sum())
-                by_row.setdefault((programs.index(id(program)), k), []).append(
-                    (float(done[k] - before), parts, waiting)
-                )
+                by_row.setdefault((i, k), []).append((float(done[k] - before), parts, waiting))
                 before = done[k]
-        names = {programs.index(id(p)): _row_names(p) for p, _ in runs}
         rows[f"{n}:{name}"] = [
             {
                 "program": i,

@@ -552,7 +552,6 @@ def test_gradients_are_identical_on_1_2_and_4_threads():
 SERIAL_CHUNKS = """
 import numba, numpy as np, pad
 from pad.parallel import plans
-from tests.unit.four_threads import assert_prints_identical
 from tests.unit.test_inspector import k_hex, hex_nodes
 
 rng = np.random.default_rng(13)
