@@ -49,7 +49,7 @@ from pad.kernel.ir import (
 )
 from pad.kernel.names import ACTIVE_SCALARS, PRIVATE, TAPE, UNORDERED, base_name, head, private, unbuffer
 from pad.kernel.rules import RULES
-from pad.kernel.runtime import STACK_BYTES
+from pad.kernel.runtime import LINE_WORDS, STACK_BYTES
 
 SHARED_ADJOINT_REGISTERS = 64  # per thread, for CUDA adjoints whose lanes share loops (cuda_kernel_source)
 
@@ -294,13 +294,14 @@ class Launcher:
     # identity), ``_segs`` (ranges of ``_order``), ``_colours`` (colour c's segments are ``_colours[c]`` to
     # ``_colours[c + 1] - 1``; the colours run one after the other). A colour's segments form at most
     # ``_slots`` groups of consecutive segments, shared out among the chunks; a chunk claims its own share's
-    # groups one by one, then those left in the other chunks' shares (``_claimed[w * _nchunks + c]`` counts
-    # chunk c's groups of colour w handed out, ``_claimed[waves * _nchunks + w]`` colour w's groups done). A
-    # chunk starts colour w + 1 once all of colour w's groups are done (``runtime.wait_for``): the colours
-    # run in one parallel region, apart by a count, not by a parallel region each (whose start and end cost
-    # 8 us on 16 threads). Waiting cannot hang: a chunk that waits has claimed every group left, so the
-    # groups not done are being run. Each thread thus runs its own share while no other is late,
-    # keeping from one colour to the next the nodes its blocks share with the next colour's in its caches.
+    # groups one by one, then those left in the other chunks' shares (``_claimed``: per colour, as
+    # ``runtime.counter_words`` lays out a run of parts, a count of its groups done and a count of each
+    # chunk's share handed out, each on a cache line of its own). A chunk starts colour w + 1 once all of
+    # colour w's groups are done (``runtime.wait_for``): the colours run in one parallel region, apart by a
+    # count, not by a parallel region each (whose start and end cost 8 us on 16 threads). Waiting cannot
+    # hang: a chunk that waits has claimed every group left, so the groups not done are being run. Each
+    # thread thus runs its own share while no other is late, keeping from one colour to the next the nodes
+    # its blocks share with the next colour's in its caches.
     # Group ``g`` accumulates into slot ``g`` of each private buffer, or into the array itself where the
     # buffer has no slots: the sums do not depend on which thread ran a group.
     planned: bool = False
@@ -441,19 +442,22 @@ def launcher_source(
     if launcher.planned:  # chunk _c runs its share of the groups of segments of colour _w, then helps others
         line("_ident = _order.shape[0] == 0")
         line("_waves = _colours.shape[0] - 1")
+        line(f"_words = {LINE_WORDS} * (1 + _nchunks)  # a colour's counters (runtime.counter_words)")
         line("for _w in range(_waves):")
         line("    _first = _colours[_w]")
         line("    _count = _colours[_w + 1] - _first")
         line("    _groups = min(_slots, _count)")
+        line("    _done = _w * _words")
         line("    if _w > 0:  # once every group of the colour before is done")
-        line("        wait_for(_claimed, _waves * _nchunks + _w - 1, min(_slots, _first - _colours[_w - 1]))")
+        line("        wait_for(_claimed, _done - _words, min(_slots, _first - _colours[_w - 1]))")
         line("    _ran = 0")
         line("    for _v in range(_nchunks):")
         line("        _o = _c + _v if _c + _v < _nchunks else _c + _v - _nchunks")
         line("        _share = _groups * _o // _nchunks")
         line("        _stop = _groups * (_o + 1) // _nchunks")
-        line("        while True:")
-        line("            _g = _share + claim(_claimed, _w * _nchunks + _o)")
+        line(f"        _handed = _done + {LINE_WORDS} * (1 + _o)")
+        line("        while _claimed[_handed] < _stop - _share:  # others' shares: mostly taken")
+        line("            _g = _share + claim(_claimed, _handed)")
         line("            if _g >= _stop:")
         line("                break")
         line("            _ran += 1")
@@ -512,7 +516,8 @@ def launcher_source(
         line(f"{ACTIVE_SCALARS}[{slot}, {column}] += _acc{acc}")
     if launcher.planned:
         depth = outer - 2
-        line("finish(_claimed, _waves * _nchunks + _w, _ran)")
+        line("if _ran:")
+        line("    finish(_claimed, _done, _ran)")
     return "\n".join(p.lines) + "\n"
 
 

@@ -165,6 +165,20 @@ def finish(typingctx: Any, counters: Any, k: Any, count: Any) -> Any:
 
 SPINS = 1 << 16  # loads of a counter ``wait_for`` spins through before it yields its core between loads
 
+LINE_WORDS = 8
+"""int64 counters a cache line apart. Runs of parts handed out by counting (a replay's rows, a planned
+launch's colours) each take a count of parts done and a claim counter per worker's share, each on a line of
+its own: counters side by side made every claim move the line between the cores claiming beside it (16
+threads, a colour's claims on two lines: about 30 us a colour; docs/benchmarks.md, "Claim counters on lines
+of their own")."""
+
+
+def counter_words(runs: int, workers: int) -> int:
+    """The int64 counters that ``runs`` runs of parts shared among ``workers`` take: per run, a count of its
+    parts done (word ``run * LINE_WORDS * (1 + workers)``) and a claim counter per worker's share (``LINE_WORDS``
+    words on for each), each on a cache line of its own."""
+    return runs * LINE_WORDS * (1 + workers)
+
 
 @intrinsic
 def wait_for(typingctx: Any, counters: Any, k: Any, target: Any) -> Any:

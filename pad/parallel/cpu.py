@@ -346,8 +346,8 @@ class Launch:
         ]
         chunks = max(1, min(threads, slots))
         values = {"_slots": slots, "_order": plan.order, "_segs": plan.segs, "_colours": plan.colours}
-        # per colour, a claim counter per chunk and a count of groups done; zeroed by the launcher
-        claims = (len(plan.colours) - 1) * (chunks + 1)
+        # per colour, a count of groups done and a claim counter per chunk; zeroed by the launcher
+        claims = runtime.counter_words(len(plan.colours) - 1, chunks)
         values["_claimed"] = self.claimed = np.zeros(claims, np.int64)
         self.call = [
             *run,

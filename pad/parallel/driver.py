@@ -83,8 +83,6 @@ def _sum(out: np.ndarray, rows: np.ndarray, stride: int) -> None:
 
 SUMMED = (np.float64, np.float32, np.int64, np.int32)  # the dtypes of SUM's arrays, by the row's code
 
-LINE = 8  # int64 words a cache line: each row's counters on lines of their own
-
 
 @njit(cache=True)
 def _units(op: np.ndarray) -> int:
@@ -150,13 +148,13 @@ def _work(table: np.ndarray, counters: np.ndarray, w: int, workers: int, stamps:
             continue
         if profiled:
             stamps[w, k, 0] = _ticks()
-        units, done = _units(op), k * LINE * (1 + workers)
+        units, done = _units(op), k * runtime.LINE_WORDS * (1 + workers)
         ran = 0
         for v in range(workers):
             s = (w + v) % workers
             first = s * units // workers
             size = (s + 1) * units // workers - first
-            share = done + LINE * (1 + s)
+            share = done + runtime.LINE_WORDS * (1 + s)
             while counters[share] < size:  # a load first: the others' shares are mostly taken
                 j = _claim(counters, share)
                 if j >= size:
@@ -176,7 +174,7 @@ def _work(table: np.ndarray, counters: np.ndarray, w: int, workers: int, stamps:
 def _drive(table: np.ndarray, counters: np.ndarray, workers: int, stamps: np.ndarray) -> None:
     """Run a program's operations in order (``LAUNCH`` ...) in one parallel region of ``workers`` (numba's
     thread count: a thread each): they pass from row to row by counting (``_work``), where a region per row
-    would cost its start on every thread. ``counters``: ``counter_words`` of them; ``stamps``: ``_work``'s."""
+    would cost its start on every thread. ``counters``: ``runtime.counter_words`` of them, a run of parts a row; ``stamps``: ``_work``'s."""
     for k in range(table.shape[0]):
         if table[k, 0] == LAUNCH:
             _zero(_array_at(table[k, 4], table[k, 5], np.int64), 0, table[k, 5])
@@ -191,12 +189,6 @@ PROFILE: list[tuple[Program, np.ndarray]] | None = None
 the rows a launch leaves empty). ``scripts/bench_lulesh.py --rows`` sums them per row: where each row's
 threads wait for the others."""
 _NO_STAMPS = np.zeros((0, 0, 3), np.int64)
-
-
-def counter_words(rows: int, workers: int) -> int:
-    """The counters ``_drive`` takes for a table of ``rows`` rows run by ``workers``: per row, a count of its
-    parts done and a claim counter per worker's share, each on a cache line of its own."""
-    return rows * LINE * (1 + workers)
 
 
 def _row(*words: int) -> np.ndarray:
@@ -265,7 +257,7 @@ class Program:
                     for entry in self.entries:  # run as recorded
                         entry()
                     return
-        words = counter_words(len(self.table), threads)
+        words = runtime.counter_words(len(self.table), threads)
         if self.counters.size != words:
             self.counters = np.zeros(words, np.int64)
         stamps = _NO_STAMPS if PROFILE is None else np.zeros((threads, len(self.table), 3), np.int64)

@@ -191,6 +191,50 @@ def test_claims_hand_out_each_group_once():
 
 
 @pad.kernel
+def k_squares_of_shared(i, idx, x, y):
+    y[i] = x[idx[i]] * x[idx[i]]
+
+
+def squares_of_shared(idx, x, y):
+    pad.launch(k_squares_of_shared, idx.shape[0], idx, x, y)
+
+
+@pytest.mark.skipif(numba.config.NUMBA_NUM_THREADS < 2, reason="needs 2 numba threads")
+def test_a_planned_launch_counts_each_colour_on_lines_of_its_own(monkeypatch):
+    """A launch by a colouring keeps each colour's count of groups done and each thread's claims on a cache
+    line of its own (``runtime.counter_words``): after it, every colour's count is its groups, and no
+    counter sits between them; its adjoint is the scatter's."""
+    from pad.parallel import cpu
+
+    launches: list[tuple[cpu.Launch, np.ndarray]] = []
+    call = cpu.Launch.__call__
+
+    def recorded(self):
+        out = call(self)
+        launches.append((self, None if self.claimed is None else self.claimed.copy()))
+        return out
+
+    monkeypatch.setattr(cpu.Launch, "__call__", recorded)
+    idx = np.arange(4000) * 7 % 1000  # each element read by four launch indices far apart: coloured
+    x, seed = np.linspace(0.5, 1.5, 1000), np.linspace(-1.0, 1.0, 4000)
+    dx = np.zeros(1000)
+    numba.set_num_threads(2)
+    try:
+        pad.autodiff(squares_of_shared, idx, pad.Dup(x, dx), pad.Dup(np.zeros(4000), seed.copy()))
+    finally:
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+    np.testing.assert_allclose(dx, np.bincount(idx, 2.0 * x[idx] * seed, minlength=1000), rtol=1e-12)
+    (launch, claimed), *_ = [(la, c) for la, c in launches if c is not None]
+    colours = len(launch.plan.colours) - 1
+    assert launch.plan.strategy.startswith("coloured") and colours > 1
+    assert claimed.size == runtime.counter_words(colours, 2)
+    words = runtime.LINE_WORDS * 3
+    groups = [min(launch.slots, int(c)) for c in np.diff(launch.plan.colours)]
+    assert claimed[::words].tolist() == groups
+    assert not np.any(claimed.reshape(colours, 3, runtime.LINE_WORDS)[:, :, 1:])
+
+
+@pad.kernel
 def k_scaled(i, coef, x, y):
     y[i] = coef[1] * x[i] + coef[2] * x[i] * x[i]
 
