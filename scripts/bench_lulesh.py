@@ -30,6 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 from unittest import mock
 
@@ -223,29 +224,44 @@ def cycle_ratio(size: int, threads: int, after: int = 0, cycles: int = 5, rounds
     }
 
 
+def _alternating(
+    hydro: Any, state: Any, step: Any, threads: list[int], rounds: int, cycles: int, after: int
+) -> Iterator[tuple[int, int, str, Any, int]]:
+    """``(round, count, name, leapfrog, cycle)`` to run ``cycles`` cycles of, for ``rounds + 1`` rounds (the
+    first warms them), in each the thread counts in turn (``numba.set_num_threads``) and for each count the
+    primal and the gradient (``hydro``'s replayed leap-frog step and ``step``), on one state that all advance:
+    the machine's drift then reaches every count alike, where separate runs of one and of 16 threads seconds
+    apart may see different loads. After a switch it runs one cycle of each untimed (a launch binds itself
+    anew for a count in its first cycle on it); the two then run in turn, the primal first in even rounds and
+    the gradient first in odd ones, so that neither always follows the switch."""
+    import numba
+
+    modes = [("primal", hydro.replayed_leapfrog), ("gradient", step)]
+    t = after + 4
+    try:
+        for r in range(rounds + 1):
+            for n in threads:
+                numba.set_num_threads(n)
+                for _, leapfrog in modes:
+                    _lap(hydro, state, leapfrog, 1, t)
+                    t += 1
+                for name, leapfrog in modes if r % 2 == 0 else modes[::-1]:
+                    yield r, n, name, leapfrog, t
+                    t += cycles
+    finally:
+        numba.set_num_threads(max(threads))
+
+
 def thread_speedup(
     size: int, threads: list[int], after: int = 0, cycles: int = 5, rounds: int = 7
 ) -> dict[str, Any]:
     """The per-cycle primal and gradient on each of ``threads`` thread counts in one process, the counts
-    alternating round by round (``numba.set_num_threads``; each launch binds itself anew for its count), on
-    one state that all advance: ``rounds`` times, for each count, ``cycles`` primal cycles then ``cycles``
-    gradient cycles (the first round warms them). The machine's drift then reaches every count alike, where
-    separate runs of one and of 16 threads seconds apart may see different loads. Wall-clock seconds per
-    cycle, the best round of each, and each count's speed-up over the fewest threads."""
-    import numba
-
+    alternating round by round (``_alternating``): wall-clock seconds per cycle, the best round of each, and
+    each count's speed-up over the fewest threads."""
     hydro, state, step = _recorded_gradient(size, max(threads), after)
-    t = after + 4
     laps: dict[tuple[int, str], list[float]] = {}
-    try:
-        for _ in range(rounds + 1):
-            for n in threads:
-                numba.set_num_threads(n)
-                for name, leapfrog in (("primal", hydro.replayed_leapfrog), ("gradient", step)):
-                    laps.setdefault((n, name), []).append(_lap(hydro, state, leapfrog, cycles, t))
-                    t += cycles
-    finally:
-        numba.set_num_threads(max(threads))
+    for _, n, name, leapfrog, t in _alternating(hydro, state, step, threads, rounds, cycles, after):
+        laps.setdefault((n, name), []).append(_lap(hydro, state, leapfrog, cycles, t))
     assert step.replayed.why is None and hydro.replayed_leapfrog.why is None
     best = {key: min(v[1:]) for key, v in laps.items()}
     fewest = min(threads)
@@ -286,8 +302,8 @@ def row_profile(
     size: int, threads: list[int], after: int = 0, cycles: int = 3, rounds: int = 7
 ) -> dict[str, Any]:
     """Where the replayed primal and gradient cycles' compiled programs spend their threads' time, row by row
-    (pad/parallel/driver.py, ``PROFILE``), the thread counts alternating round by round as in
-    ``thread_speedup``: per row, its span (from the end of the row before, or the first worker's entering, to
+    (pad/parallel/driver.py, ``PROFILE``), the thread counts alternating round by round (``_alternating``):
+    per row, its span (from the end of the row before, or the first worker's entering, to
     its own end, when its first worker leaves its wait), its workers' seconds in its parts and their seconds
     waiting at its end for the others, each the median over the rounds' cycles. Waiting shows a row's
     imbalance: parts the machine slowed, or a colour's busy groups, that the other threads could not share."""
@@ -302,21 +318,15 @@ def row_profile(
     begin, first = time.perf_counter(), now()
     time.sleep(0.2)
     per_second = (now() - first) / (time.perf_counter() - begin)
-    t = after + 4
     samples: dict[tuple[int, str], list[tuple[Any, np.ndarray]]] = {}
     try:
-        for r in range(rounds + 1):  # the first round warms them
-            for n in threads:
-                numba.set_num_threads(n)
-                for name, leapfrog in (("primal", hydro.replayed_leapfrog), ("gradient", step)):
-                    driver.PROFILE = []
-                    _lap(hydro, state, leapfrog, cycles, t)
-                    t += cycles
-                    if r:
-                        samples.setdefault((n, name), []).extend(driver.PROFILE)
+        for r, n, name, leapfrog, t in _alternating(hydro, state, step, threads, rounds, cycles, after):
+            driver.PROFILE = []
+            _lap(hydro, state, leapfrog, cycles, t)
+            if r:
+                samples.setdefault((n, name), []).extend(driver.PROFILE)
     finally:
         driver.PROFILE = None
-        numba.set_num_threads(max(threads))
     rows: dict[str, list[dict[str, Any]]] = {}
     for (n, name), runs in samples.items():
         by_row: dict[tuple[int, int], list[tuple[float, float, float]]] = {}

@@ -9,6 +9,7 @@ from apps.lulesh import kernels
 from apps.minibude.deck import synthetic_deck
 from apps.minibude.driver import Docking
 from pad.parallel import driver
+from scripts import bench_lulesh
 from scripts.bench_lulesh import cycle_ratio, driver_study, per_launcher, row_profile, thread_speedup
 from scripts.bench_minibude import alternate
 
@@ -59,6 +60,41 @@ def test_luleshs_speedup_alternates_the_thread_counts():
         assert set(times) == set(speedup) == {"1", "2"} and min(times.values()) > 0
         assert speedup["1"] == 1.0 and speedup["2"] == pytest.approx(times["1"] / times["2"])
     assert numba.get_num_threads() == 2
+
+
+def test_alternating_rounds_warm_each_count_and_swap_which_mode_runs_first():
+    """After each switch of the thread count, one untimed cycle of each mode, then both modes' timed cycles,
+    the primal first in even rounds and the gradient first in odd ones; cycle numbers never repeat; the
+    largest count set again after."""
+    ran: list[tuple[int, str]] = []
+
+    class Hydro:
+        def later_increment(self, state):
+            pass
+
+        def replayed_leapfrog(self, state):
+            ran.append((numba.get_num_threads(), "primal"))
+
+        def check(self, t):
+            pass
+
+    def gradient(state):
+        ran.append((numba.get_num_threads(), "gradient"))
+
+    threads = [1, min(2, numba.config.NUMBA_NUM_THREADS)]  # type: ignore[attr-defined]
+    timed, cycles = [], []
+    for r, n, name, leapfrog, t in bench_lulesh._alternating(Hydro(), None, gradient, threads, 2, 3, 10):
+        timed.append((r, n, name))
+        cycles.append(t)
+        before = len(ran)
+        bench_lulesh._lap(Hydro(), None, leapfrog, 3, t)
+        assert ran[before:] == [(n, name)] * 3
+    orders = [("primal", "gradient"), ("gradient", "primal"), ("primal", "gradient")]
+    assert timed == [(r, n, name) for r in range(3) for n in threads for name in orders[r]]
+    warm = [[(n, "primal"), (n, "gradient")] for _ in range(3) for n in threads]
+    assert [ran[k * 8 : k * 8 + 2] for k in range(6)] == warm
+    assert cycles == sorted(set(cycles)) and cycles[0] == 10 + 4 + 2
+    assert numba.get_num_threads() == max(threads)
 
 
 def test_luleshs_rows_profiled_per_thread_count():
