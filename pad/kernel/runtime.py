@@ -165,12 +165,12 @@ def finish(typingctx: Any, counters: Any, k: Any, count: Any) -> Any:
 
 SPINS = 1 << 16  # loads of a counter ``wait_for`` spins through before it yields its core between loads
 
-LINE_WORDS = 8
+LINE_BYTES = 64  # a cache line
+LINE_WORDS = LINE_BYTES // 8
 """int64 counters a cache line apart. Runs of parts handed out by counting (a replay's rows, a planned
 launch's colours) each take a count of parts done and a claim counter per worker's share, each on a line of
-its own: counters side by side made every claim move the line between the cores claiming beside it (16
-threads, a colour's claims on two lines: about 30 us a colour; docs/benchmarks.md, "Claim counters on lines
-of their own")."""
+its own: counters side by side made every claim move the line between the cores claiming beside it
+(docs/benchmarks.md, "Claim counters on lines of their own")."""
 
 
 def counter_words(runs: int, workers: int) -> int:
@@ -301,9 +301,8 @@ def _record_words(context: Any, builder: Any, param: Any, value: Any) -> list:
     return [array.data, *shape, *strides]
 
 
-LINE_BYTES = 64  # a cache line
 RECORD_SIZE = 0  # the word of a ``run_chunks`` record that holds its size in bytes
-RECORD_CHUNK = LINE_BYTES // 8 + 1  # and the word of the launcher's ``_c``, after the guard and ``_run``
+RECORD_CHUNK = LINE_WORDS + 1  # and the word of the launcher's ``_c``, after the guard and ``_run``
 
 
 def _guarded(fields: list) -> Any:
