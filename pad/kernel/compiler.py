@@ -444,7 +444,10 @@ def _variant(k: Analysed, t: Transformed, mode: str, target: str, checked: bool)
 def _cpu(k: Analysed, t: Transformed, variant: Variant, origin: str, fastmath: bool, checked: bool) -> None:
     """Print ``t`` as a CPU launcher (numba threads) into ``variant.source``."""
     body, types, init = _readable(t.body, k.low, k.types, t.init, set(t.launcher.accumulators), fastmath)
-    imports = f"Straight, {'checked, ' if checked else ''}claim, digamma, finish, grown, nonnegative, run_chunks, stack_zeros, wait_for"
+    imports = (
+        f"Straight, {'checked, ' if checked else ''}claim, claim_counter, digamma, done_counter, finish, grown, "
+        "nonnegative, run_chunks, stack_zeros, wait_for"
+    )
     variant.source = MODULE_HEADER.format(origin=origin, imports=imports) + tables_source(k.low.tables)
     variant.source += launcher_source(
         t.launcher, k.launch_index, body, types, k.low.kinds, init, fastmath, variant.sites

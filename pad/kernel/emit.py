@@ -49,7 +49,7 @@ from pad.kernel.ir import (
 )
 from pad.kernel.names import ACTIVE_SCALARS, PRIVATE, TAPE, UNORDERED, base_name, head, private, unbuffer
 from pad.kernel.rules import RULES
-from pad.kernel.runtime import LINE_WORDS, STACK_BYTES
+from pad.kernel.runtime import STACK_BYTES
 
 SHARED_ADJOINT_REGISTERS = 64  # per thread, for CUDA adjoints whose lanes share loops (cuda_kernel_source)
 
@@ -442,20 +442,21 @@ def launcher_source(
     if launcher.planned:  # chunk _c runs its share of the groups of segments of colour _w, then helps others
         line("_ident = _order.shape[0] == 0")
         line("_waves = _colours.shape[0] - 1")
-        line(f"_words = {LINE_WORDS} * (1 + _nchunks)  # a colour's counters (runtime.counter_words)")
         line("for _w in range(_waves):")
         line("    _first = _colours[_w]")
         line("    _count = _colours[_w + 1] - _first")
         line("    _groups = min(_slots, _count)")
-        line("    _done = _w * _words")
+        line("    _done = done_counter(_w, _nchunks)")
         line("    if _w > 0:  # once every group of the colour before is done")
-        line("        wait_for(_claimed, _done - _words, min(_slots, _first - _colours[_w - 1]))")
+        line(
+            "        wait_for(_claimed, done_counter(_w - 1, _nchunks), min(_slots, _first - _colours[_w - 1]))"
+        )
         line("    _ran = 0")
         line("    for _v in range(_nchunks):")
         line("        _o = _c + _v if _c + _v < _nchunks else _c + _v - _nchunks")
         line("        _share = _groups * _o // _nchunks")
         line("        _stop = _groups * (_o + 1) // _nchunks")
-        line(f"        _handed = _done + {LINE_WORDS} * (1 + _o)")
+        line("        _handed = claim_counter(_w, _nchunks, _o)")
         line("        while _claimed[_handed] < _stop - _share:  # others' shares: mostly taken")
         line("            _g = _share + claim(_claimed, _handed)")
         line("            if _g >= _stop:")

@@ -16,7 +16,7 @@ from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
 from numba.core.compiler import CompilerBase, DefaultPassBuilder
-from numba.extending import intrinsic
+from numba.extending import intrinsic, register_jitable
 from numba.np.arrayobj import make_array, populate_array
 
 
@@ -173,11 +173,23 @@ its own: counters side by side made every claim move the line between the cores 
 (docs/benchmarks.md, "Claim counters on lines of their own")."""
 
 
+@register_jitable
+def done_counter(run: int, workers: int) -> int:
+    """The index of run ``run``'s count of parts done, among counters laid out as ``counter_words`` says."""
+    return run * LINE_WORDS * (1 + workers)
+
+
+@register_jitable
+def claim_counter(run: int, workers: int, share: int) -> int:
+    """The index of the claim counter of worker ``share``'s share of run ``run``'s parts."""
+    return done_counter(run, workers) + LINE_WORDS * (1 + share)
+
+
 def counter_words(runs: int, workers: int) -> int:
     """The int64 counters that ``runs`` runs of parts shared among ``workers`` take: per run, a count of its
-    parts done (word ``run * LINE_WORDS * (1 + workers)``) and a claim counter per worker's share (``LINE_WORDS``
-    words on for each), each on a cache line of its own."""
-    return runs * LINE_WORDS * (1 + workers)
+    parts done (``done_counter``) and a claim counter per worker's share (``claim_counter``), each on a cache
+    line of its own."""
+    return done_counter(runs, workers)
 
 
 @intrinsic

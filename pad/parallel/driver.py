@@ -148,13 +148,13 @@ def _work(table: np.ndarray, counters: np.ndarray, w: int, workers: int, stamps:
             continue
         if profiled:
             stamps[w, k, 0] = _ticks()
-        units, done = _units(op), k * runtime.LINE_WORDS * (1 + workers)
+        units, done = _units(op), runtime.done_counter(k, workers)
         ran = 0
         for v in range(workers):
             s = (w + v) % workers
             first = s * units // workers
             size = (s + 1) * units // workers - first
-            share = done + runtime.LINE_WORDS * (1 + s)
+            share = runtime.claim_counter(k, workers, s)
             while counters[share] < size:  # a load first: the others' shares are mostly taken
                 j = _claim(counters, share)
                 if j >= size:
@@ -174,7 +174,8 @@ def _work(table: np.ndarray, counters: np.ndarray, w: int, workers: int, stamps:
 def _drive(table: np.ndarray, counters: np.ndarray, workers: int, stamps: np.ndarray) -> None:
     """Run a program's operations in order (``LAUNCH`` ...) in one parallel region of ``workers`` (numba's
     thread count: a thread each): they pass from row to row by counting (``_work``), where a region per row
-    would cost its start on every thread. ``counters``: ``runtime.counter_words`` of them, a run of parts a row; ``stamps``: ``_work``'s."""
+    would cost its start on every thread. ``counters``: ``runtime.counter_words`` of them, a run of parts a
+    row; ``stamps``: ``_work``'s."""
     for k in range(table.shape[0]):
         if table[k, 0] == LAUNCH:
             _zero(_array_at(table[k, 4], table[k, 5], np.int64), 0, table[k, 5])
